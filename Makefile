@@ -1,0 +1,33 @@
+# Two entry points on a fresh checkout: `make demo` and `make test`.
+# Each creates .venv on first use and installs the project into it.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint clean
+
+demo: $(STAMP)
+	@$(BIN)/python -m gpuscope.preflight postgres
+	$(BIN)/gpuscope demo
+
+test: $(STAMP)
+	@$(BIN)/python -m gpuscope.preflight postgres
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "gpuscope needs Python >= 3.11 (found: $$($(PYTHON) --version 2>&1)). Set PYTHON=/path/to/python3.11." >&2; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || \
+		{ echo "Could not create $(VENV): on Debian/Ubuntu run 'apt-get install python3-venv'." >&2; exit 1; }
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts

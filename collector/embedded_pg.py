@@ -1,0 +1,253 @@
+"""A private PostgreSQL server in a data directory, for the demo, the tests and `collector` without --db.
+
+It listens on 127.0.0.1 only, with a generated password, runs as a child of this process (in its own
+session, so a Ctrl-C in the terminal reaches us first and we stop it last) and is also told to shut
+down if this process dies (Linux parent-death signal), so it never outlives us.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import logging
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+SUPERUSER = "gpuscope"
+DATABASE = "gpuscope"
+PG_SYSTEM_USER = "postgres"  # initdb and postgres refuse to run as root
+INSTALL_HINT = (
+    "PostgreSQL server binaries (initdb, postgres) were not found on PATH, in /usr/lib/postgresql/*/bin "
+    "or in the 'pgserver' Python package. Install them with 'apt-get install postgresql' (Debian/Ubuntu) "
+    "or 'pip install pgserver', set GPUSCOPE_PG_BIN to their directory, or pass --db DSN to use an "
+    "existing server."
+)
+
+
+class PostgresNotFound(RuntimeError):
+    pass
+
+
+class EmbeddedPostgresError(RuntimeError):
+    pass
+
+
+def find_pg_bin() -> Path:
+    """The directory holding initdb and postgres: $GPUSCOPE_PG_BIN, PATH, Debian's layout, pgserver."""
+    candidates: list[Path] = []
+    if env := os.environ.get("GPUSCOPE_PG_BIN"):
+        candidates.append(Path(env))
+    if found := shutil.which("initdb"):
+        candidates.append(Path(found).resolve().parent)
+    debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: _version_key(Path(p).parent.name))
+    candidates.extend(Path(p) for p in reversed(debian))
+    with contextlib.suppress(ImportError):
+        import pgserver  # type: ignore[import-not-found]
+
+        candidates.append(Path(pgserver.__file__).parent / "pginstall" / "bin")
+    for directory in candidates:
+        if (directory / "initdb").is_file() and (directory / "postgres").is_file():
+            return directory
+    raise PostgresNotFound(INSTALL_HINT)
+
+
+def _version_key(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in name.split(".") if part.isdigit())
+
+
+class EmbeddedPostgres:
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.pgdata = data_dir / "pgdata"
+        self.settings = settings or {}
+        self.port: int | None = None
+        self._password_file = data_dir / "pg-password"
+        self._log_path = data_dir / "postgres.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._user = _server_user()
+
+    @property
+    def dsn(self) -> str:
+        if self.port is None:
+            raise EmbeddedPostgresError("embedded PostgreSQL is not running")
+        password = self._password_file.read_text().strip()
+        return f"postgresql://{SUPERUSER}:{password}@127.0.0.1:{self.port}/{DATABASE}"
+
+    @property
+    def redacted_dsn(self) -> str:
+        return f"postgresql://{SUPERUSER}:***@127.0.0.1:{self.port}/{DATABASE}"
+
+    def start(self, timeout: float = 60.0) -> str:
+        bin_dir = find_pg_bin()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not (self.pgdata / "PG_VERSION").exists():
+            self._initdb(bin_dir)
+        self.port = _free_port()
+        args = [
+            str(bin_dir / "postgres"),
+            "-D",
+            str(self.pgdata),
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
+        ]
+        for name, value in self.settings.items():
+            args += ["-c", f"{name}={value}"]
+        log_file = self._log_path.open("ab")
+        self._process = subprocess.Popen(
+            args,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            **self._as_server_user(),
+            preexec_fn=_die_with_parent,
+        )
+        log_file.close()
+        self._wait_ready(timeout)
+        self._ensure_database()
+        log.info("embedded PostgreSQL %s running from %s", self.redacted_dsn, self.pgdata)
+        return self.dsn
+
+    def stop(self, timeout: float = 30.0) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGINT)  # "fast" shutdown: roll back open transactions, checkpoint
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("PostgreSQL did not stop in %.0fs; sending SIGQUIT", timeout)
+            process.send_signal(signal.SIGQUIT)
+            process.wait(10)
+
+    def __enter__(self) -> EmbeddedPostgres:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _initdb(self, bin_dir: Path) -> None:
+        self.pgdata.mkdir(mode=0o700, exist_ok=True)
+        password = secrets.token_urlsafe(24)
+        self._password_file.write_text(password + "\n")
+        self._password_file.chmod(0o600)
+        pwfile = self.data_dir / ".initdb-pwfile"
+        pwfile.write_text(password + "\n")
+        try:
+            if self._user is not None:
+                uid, gid = self._user.pw_uid, self._user.pw_gid
+                # The server's account must pass through our directory (not list it: 0o711).
+                self.data_dir.chmod(self.data_dir.stat().st_mode | 0o011)
+                os.chown(self.pgdata, uid, gid)
+                os.chown(pwfile, uid, gid)
+                self._check_reachable()
+            pwfile.chmod(0o600)
+            result = subprocess.run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(self.pgdata),
+                    "-U",
+                    SUPERUSER,
+                    "-A",
+                    "scram-sha-256",
+                    f"--pwfile={pwfile}",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+                **self._as_server_user(),
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        if result.returncode != 0:
+            raise EmbeddedPostgresError(f"initdb failed in {self.pgdata}:\n{result.stderr.strip()}")
+
+    def _check_reachable(self) -> None:
+        assert self._user is not None
+        probe = subprocess.run(["test", "-w", str(self.pgdata)], check=False, **self._as_server_user())
+        if probe.returncode != 0:
+            raise EmbeddedPostgresError(
+                f"PostgreSQL runs as the '{self._user.pw_name}' user, which cannot reach {self.pgdata}; "
+                "choose a data directory that user can enter (for example --data-dir /var/lib/gpuscope)."
+            )
+
+    def _as_server_user(self) -> dict[str, object]:
+        if self._user is None:
+            return {}
+        return {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise EmbeddedPostgresError(f"PostgreSQL exited at start-up:\n{self._log_tail()}")
+            try:
+                with psycopg.connect(self._dsn_for("postgres"), connect_timeout=2):
+                    return
+            except psycopg.OperationalError:
+                time.sleep(0.1)
+        self.stop()
+        raise EmbeddedPostgresError(f"PostgreSQL not ready after {timeout:.0f}s:\n{self._log_tail()}")
+
+    def _ensure_database(self) -> None:
+        with psycopg.connect(self._dsn_for("postgres"), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
+            if not exists:
+                conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(DATABASE)))
+
+    def _dsn_for(self, database: str) -> str:
+        return self.dsn.rsplit("/", 1)[0] + "/" + database
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+
+def _server_user() -> pwd.struct_passwd | None:
+    """The unprivileged account the server runs as when we are root; None otherwise."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(PG_SYSTEM_USER)
+    except KeyError:
+        raise EmbeddedPostgresError(
+            f"running as root, and there is no '{PG_SYSTEM_USER}' user to run PostgreSQL as; create one "
+            f"('useradd --system {PG_SYSTEM_USER}') or run gpuscope as an ordinary user"
+        ) from None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Runs in the child after it changed user: ask Linux for SIGINT (fast shutdown) when we die."""
+    with contextlib.suppress(OSError, AttributeError):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGINT)

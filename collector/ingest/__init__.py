@@ -1,0 +1,1 @@
+"""The ingest path: decoding and validating pushed batches (docs/ingest-format.md)."""

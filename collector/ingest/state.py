@@ -1,0 +1,35 @@
+"""What the ingest route keeps between requests: the token check, caches, limits and its own metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from collector.auth import TokenAuth
+from collector.store.writer import InventoryCache
+
+
+class IngestMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.batches = Counter("gpuscope_collector_batches", "Ingest requests by result", ["result"], registry=registry)
+        self.rows = Counter("gpuscope_collector_rows", "Sample rows stored", ["kind"], registry=registry)
+        self.seconds = Histogram(
+            "gpuscope_collector_ingest_seconds",
+            "Time from request to durable commit",
+            registry=registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+
+
+@dataclass
+class IngestState:
+    auth: TokenAuth
+    max_body_bytes: int
+    write_slots: asyncio.Semaphore
+    registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
+    cache: InventoryCache = field(default_factory=InventoryCache)
+
+    def __post_init__(self) -> None:
+        self.metrics = IngestMetrics(self.registry)

@@ -1,0 +1,284 @@
+"""Decodes and validates one ingest batch, format `gpuscope-samples` version 1.
+
+Every rule here is listed in docs/ingest-format.md. A batch is accepted whole or rejected whole:
+the first violation found raises IngestError naming the field, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+
+FORMAT = "gpuscope-samples"
+VERSIONS = (1,)
+MAX_FUTURE_SECONDS = 300.0
+MIN_TIMESTAMP = 946_684_800.0  # 2000-01-01: anything older is a broken clock, not history
+MAX_NAME = 128
+MAX_DEVICES = 4096
+MAX_ROWS = 1_000_000
+
+Loc = tuple[str | int, ...]
+
+
+class IngestError(Exception):
+    def __init__(self, status: int, loc: Loc, msg: str) -> None:
+        super().__init__(f"{'.'.join(map(str, loc))}: {msg}" if loc else msg)
+        self.status = status
+        self.loc = loc
+        self.msg = msg
+
+    def detail(self) -> list[dict[str, Any]]:
+        return [{"loc": list(self.loc), "msg": self.msg}]
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    model: str
+    pci_bus_id: str
+
+
+@dataclass(frozen=True)
+class PortInfo:
+    device: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Samples:
+    ts: np.ndarray  # float64 seconds since the epoch
+    device: np.ndarray  # int: GPU index, or position in `ports`
+    values: dict[str, np.ndarray]  # column key -> float64, NaN where not reported
+    up: np.ndarray | None = None  # bool, GPUs only
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+@dataclass(frozen=True)
+class Batch:
+    exporter_id: uuid.UUID
+    seq: int
+    cluster: str
+    rack: str
+    node: str
+    backend: str
+    gpus: tuple[GpuInfo, ...]
+    ports: tuple[PortInfo, ...]
+    gpu_samples: Samples
+    port_samples: Samples
+    ignored_fields: tuple[str, ...]  # metric keys this collector does not know (newer exporter)
+
+
+def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding == "identity":
+        return body
+    if encoding != "gzip":
+        raise IngestError(415, ("header", "Content-Encoding"), f"unsupported encoding {encoding!r}; use gzip")
+    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = decompressor.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise IngestError(400, ("body",), f"invalid gzip data: {exc}") from None
+    if len(out) > limit or decompressor.unconsumed_tail:
+        raise IngestError(413, ("body",), f"decompressed body exceeds {limit} bytes")
+    return out
+
+
+def decode(raw: bytes, now: float) -> Batch:
+    doc = _parse_json(raw)
+    if not isinstance(doc, dict):
+        raise IngestError(422, (), "body must be a JSON object")
+    if doc.get("format") != FORMAT:
+        raise IngestError(422, ("format",), f"must be {FORMAT!r}")
+    if doc.get("version") not in VERSIONS:
+        raise IngestError(
+            422, ("version",), f"unsupported version {doc.get('version')!r}; this collector reads {VERSIONS}"
+        )
+    try:
+        exporter_id = uuid.UUID(_require(doc, "exporter_id", str, ()))
+    except ValueError:
+        raise IngestError(422, ("exporter_id",), "must be a UUID") from None
+    seq = _require(doc, "seq", int, ())
+    if seq < 0 or seq >= 2**63:
+        raise IngestError(422, ("seq",), "must be between 0 and 2^63-1")
+    source = _require(doc, "source", dict, ())
+    names = {key: _name(source, key, ("source",)) for key in ("cluster", "rack", "node")}
+    backend = _name(source, "backend", ("source",)) if "backend" in source else "unknown"
+    gpus = _gpus(_require(doc, "gpus", list, ()))
+    ports = _ports(_require(doc, "ports", list, ()))
+    ignored: set[str] = set()
+    gpu_samples = _samples(
+        _require(doc, "gpu_samples", dict, ()),
+        ("gpu_samples",),
+        "gpu",
+        GPU_COLUMNS,
+        {g.index for g in gpus},
+        now,
+        ignored,
+    )
+    port_samples = _samples(
+        doc.get("port_samples") or {"ts": [], "port": [], "values": {}},
+        ("port_samples",),
+        "port",
+        PORT_COLUMNS,
+        set(range(len(ports))),
+        now,
+        ignored,
+    )
+    return Batch(
+        exporter_id=exporter_id,
+        seq=seq,
+        backend=backend,
+        gpus=gpus,
+        ports=ports,
+        gpu_samples=gpu_samples,
+        port_samples=port_samples,
+        ignored_fields=tuple(sorted(ignored)),
+        **names,
+    )
+
+
+def _parse_json(raw: bytes) -> Any:
+    def reject_constant(name: str) -> None:
+        raise ValueError(f"{name} is not allowed")
+
+    try:
+        return json.loads(raw, parse_constant=reject_constant)
+    except UnicodeDecodeError:
+        raise IngestError(400, ("body",), "body is not UTF-8") from None
+    except ValueError as exc:
+        raise IngestError(400, ("body",), f"invalid JSON: {exc}") from None
+
+
+def _require(obj: dict[str, Any], key: str, kind: type, loc: Loc) -> Any:
+    if key not in obj:
+        raise IngestError(422, (*loc, key), "field required")
+    value = obj[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise IngestError(422, (*loc, key), f"must be {_KIND_NAMES[kind]}")
+    return value
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", dict: "an object", list: "an array"}
+
+
+def _name(obj: dict[str, Any], key: str, loc: Loc, limit: int = MAX_NAME) -> str:
+    value: str = _require(obj, key, str, loc)
+    if not value or len(value) > limit or not value.isprintable():
+        raise IngestError(422, (*loc, key), f"must be 1 to {limit} printable characters")
+    return value
+
+
+def _gpus(items: list[Any]) -> tuple[GpuInfo, ...]:
+    if len(items) > MAX_DEVICES:
+        raise IngestError(422, ("gpus",), f"at most {MAX_DEVICES} GPUs per batch")
+    gpus = []
+    seen = set()
+    for i, item in enumerate(items):
+        loc: Loc = ("gpus", i)
+        if not isinstance(item, dict):
+            raise IngestError(422, loc, "must be an object")
+        index = _require(item, "index", int, loc)
+        if not 0 <= index < MAX_DEVICES:
+            raise IngestError(422, (*loc, "index"), f"must be between 0 and {MAX_DEVICES - 1}")
+        if index in seen:
+            raise IngestError(422, (*loc, "index"), f"GPU index {index} listed twice")
+        seen.add(index)
+        gpus.append(GpuInfo(index, _name(item, "uuid", loc), _name(item, "model", loc), _name(item, "pci_bus_id", loc)))
+    return tuple(gpus)
+
+
+def _ports(items: list[Any]) -> tuple[PortInfo, ...]:
+    if len(items) > MAX_DEVICES:
+        raise IngestError(422, ("ports",), f"at most {MAX_DEVICES} ports per batch")
+    ports = []
+    for i, item in enumerate(items):
+        loc: Loc = ("ports", i)
+        if not isinstance(item, dict):
+            raise IngestError(422, loc, "must be an object")
+        port = _require(item, "port", int, loc)
+        if not 1 <= port <= 255:
+            raise IngestError(422, (*loc, "port"), "must be between 1 and 255")
+        ports.append(PortInfo(_name(item, "device", loc, 64), port))
+    if len(set(ports)) != len(ports):
+        raise IngestError(422, ("ports",), "a (device, port) pair is listed twice")
+    return tuple(ports)
+
+
+def _samples(
+    obj: Any, loc: Loc, device_key: str, columns: Sequence[Column], devices: set[int], now: float, ignored: set[str]
+) -> Samples:
+    if not isinstance(obj, dict):
+        raise IngestError(422, loc, "must be an object")
+    ts = _numbers(_require(obj, "ts", list, loc), (*loc, "ts"), nullable=False)
+    rows = len(ts)
+    if rows > MAX_ROWS:
+        raise IngestError(413, (*loc, "ts"), f"at most {MAX_ROWS} rows per batch")
+    _check_range(
+        ts,
+        (*loc, "ts"),
+        MIN_TIMESTAMP,
+        now + MAX_FUTURE_SECONDS,
+        f"a timestamp after 2000-01-01 and at most {MAX_FUTURE_SECONDS:.0f} s in the future",
+    )
+    device = _numbers(_require(obj, device_key, list, loc), (*loc, device_key), nullable=False, length=rows)
+    unknown = ~np.isin(device, np.fromiter(devices, dtype=np.float64, count=len(devices)))
+    if unknown.any():
+        i = int(np.argmax(unknown))
+        raise IngestError(422, (*loc, device_key, i), f"{device[i]:g} is not a {device_key} listed in this batch")
+    pairs = np.unique(np.stack([ts, device]), axis=1).shape[1] if rows else 0
+    if pairs != rows:
+        raise IngestError(422, loc, f"{rows - pairs} duplicate ({device_key}, ts) pairs")
+    up = None
+    if device_key == "gpu":
+        flags = _require(obj, "up", list, loc)
+        if len(flags) != rows or not all(type(f) is bool for f in flags):
+            raise IngestError(422, (*loc, "up"), f"must be {rows} booleans, one per row")
+        up = np.array(flags, dtype=bool)
+    raw_values = _require(obj, "values", dict, loc)
+    known = {c.key: c for c in columns}
+    values = {}
+    for key, series in raw_values.items():
+        column = known.get(key)
+        if column is None:
+            ignored.add(key)
+            continue
+        where = (*loc, "values", key)
+        if not isinstance(series, list):
+            raise IngestError(422, where, "must be an array")
+        array = _numbers(series, where, nullable=True, length=rows)
+        _check_range(array, where, column.low, column.high, f"between {column.low:g} and {column.high:g}")
+        values[key] = np.rint(array) if column.integer else array
+    return Samples(ts=ts, device=device.astype(np.int64), values=values, up=up)
+
+
+def _numbers(items: list[Any], loc: Loc, nullable: bool, length: int | None = None) -> np.ndarray:
+    if length is not None and len(items) != length:
+        raise IngestError(422, loc, f"has {len(items)} entries, expected {length} (one per row)")
+    allowed = (int, float, type(None)) if nullable else (int, float)
+    if not {type(v) for v in items} <= set(allowed):
+        i = next(i for i, v in enumerate(items) if type(v) not in allowed)
+        raise IngestError(422, (*loc, i), "must be a number" + (" or null" if nullable else ""))
+    array = np.array(items, dtype=np.float64)
+    if np.isinf(array).any():
+        raise IngestError(422, (*loc, int(np.argmax(np.isinf(array)))), "out of range (overflows a double)")
+    return array
+
+
+def _check_range(array: np.ndarray, loc: Loc, low: float, high: float, expected: str) -> None:
+    with np.errstate(invalid="ignore"):
+        bad = (array < low) | (array > high)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise IngestError(422, (*loc, i), f"{array[i]:g} is out of range: expected {expected}")

@@ -1,0 +1,67 @@
+"""Heatmap: one metric for every GPU (rows, grouped by cluster/rack/node) over time buckets (columns)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from psycopg import Connection, sql
+
+from collector.query.timerange import EPOCH, TimeRange
+from collector.store.columns import GPU_METRIC_KEYS
+
+
+@dataclass(frozen=True)
+class HeatmapRow:
+    gpu_id: int
+    cluster: str
+    rack: str
+    node: str
+    gpu_index: int
+    uuid: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.rack}/{self.node}/gpu{self.gpu_index}"
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    metric: str
+    bucket_s: int
+    rows: list[HeatmapRow]
+    times: list[datetime]
+    values: np.ndarray  # shape (len(rows), len(times)); NaN where no sample fell in the bucket
+
+
+def heatmap(conn: Connection[Any], metric: str, time_range: TimeRange, bucket_s: int) -> Heatmap:
+    if metric not in GPU_METRIC_KEYS:
+        raise ValueError(f"unknown metric {metric!r}; one of {sorted(GPU_METRIC_KEYS)}")
+    cells = conn.execute(
+        sql.SQL(
+            "SELECT gpu_id, date_bin(%(bucket)s, ts, %(origin)s) AS bucket, avg({metric})::float8"
+            " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s GROUP BY 1, 2"
+        ).format(metric=sql.Identifier(metric)),
+        {"bucket": timedelta(seconds=bucket_s), "origin": EPOCH, "start": time_range.start, "end": time_range.end},
+    ).fetchall()
+    gpu_ids = sorted({gpu_id for gpu_id, _, _ in cells})
+    rows = [
+        HeatmapRow(*r)
+        for r in conn.execute(
+            "SELECT g.gpu_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid"
+            " FROM gpu g JOIN node n USING (node_id) WHERE g.gpu_id = ANY(%s)"
+            " ORDER BY n.cluster, n.rack, n.name, g.gpu_index",
+            (gpu_ids,),
+        ).fetchall()
+    ]
+    times = time_range.buckets(bucket_s)
+    values = np.full((len(rows), len(times)), np.nan)
+    row_of = {row.gpu_id: i for i, row in enumerate(rows)}
+    column_of = {t: j for j, t in enumerate(times)}
+    for gpu_id, bucket, value in cells:
+        j = column_of.get(bucket)
+        if j is not None and value is not None:
+            values[row_of[gpu_id], j] = value
+    return Heatmap(metric=metric, bucket_s=bucket_s, rows=rows, times=times, values=values)

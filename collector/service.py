@@ -1,0 +1,67 @@
+"""Runs the collector: the database (external via --db, or embedded), migrations, and uvicorn."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from collector.auth import TokenAuth, token_or_generate
+from collector.embedded_pg import EmbeddedPostgres
+from collector.main import create_app
+from collector.settings import CollectorSettings
+from gpuscope.listen import parse_listen
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def database(settings: CollectorSettings) -> Iterator[str]:
+    """A DSN: the one configured, or an embedded server's for as long as the context lasts."""
+    if settings.db is not None:
+        yield settings.db.get_secret_value()
+        return
+    with EmbeddedPostgres(settings.data_dir) as pg:
+        yield pg.dsn
+
+
+def run(settings: CollectorSettings) -> None:
+    token = token_or_generate(settings.token_file, settings.data_dir)
+    host, port = parse_listen(settings.listen)
+    with database(settings) as dsn:
+        app = create_app(dsn, TokenAuth([token]), settings.max_body_bytes, settings.max_concurrent_writes)
+        log.info("collector listening on %s:%d", host, port)
+        uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+
+
+class BackgroundServer:
+    """Uvicorn in a thread, for the demo and tests: start() returns once it accepts connections."""
+
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
+
+    @property
+    def port(self) -> int:
+        sockets = self._server.servers[0].sockets
+        return int(sockets[0].getsockname()[1])
+
+    def start(self, timeout: float = 60.0) -> None:
+        self._thread.start()  # uvicorn installs no signal handlers outside the main thread
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("collector failed to start (see the log above)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"collector did not start within {timeout:.0f}s")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout)

@@ -1,0 +1,35 @@
+"""Collector configuration: command-line flags override GPUSCOPE_COLLECTOR_* environment variables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Exporters on every node push here, so the production default listens on all interfaces.
+DEFAULT_LISTEN = "0.0.0.0:9410"
+
+
+def default_data_dir() -> Path:
+    """Where the embedded database and generated secrets live.
+
+    Root (a system service): /var/lib/gpuscope, which the unprivileged PostgreSQL account can reach.
+    Anyone else: $XDG_DATA_HOME/gpuscope, i.e. ~/.local/share/gpuscope.
+    """
+    if os.geteuid() == 0:
+        return Path("/var/lib/gpuscope")
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpuscope"
+
+
+class CollectorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUSCOPE_COLLECTOR_")
+
+    listen: str = DEFAULT_LISTEN
+    db: SecretStr | None = None  # a DSN carries a password: never printed
+    data_dir: Path = default_data_dir()
+    token_file: Path | None = None
+    max_body_bytes: int = 32 * 2**20
+    max_concurrent_writes: int = 8

@@ -1,0 +1,1 @@
+"""PostgreSQL storage: schema migrations, inventory, and the COPY-based sample writer."""

@@ -1,0 +1,64 @@
+"""The sample columns the database stores, with the range a valid value must fall in.
+
+Keys match the exporter's metric catalog and the ingest format (docs/ingest-format.md); the
+collector keeps its own list because the two sides share only the wire format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INT64_MAX = float(2**63 - 1)
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    pg_type: str  # as given to psycopg's binary COPY set_types
+    low: float
+    high: float
+
+    @property
+    def integer(self) -> bool:
+        return self.pg_type in ("int2", "int4", "int8")
+
+
+def _counter(key: str) -> Column:
+    return Column(key, "int8", 0, INT64_MAX)
+
+
+GPU_COLUMNS: tuple[Column, ...] = (
+    Column("util_pct", "float4", 0, 100),
+    Column("mem_copy_util_pct", "float4", 0, 100),
+    Column("sm_active_pct", "float4", 0, 100),
+    Column("tensor_active_pct", "float4", 0, 100),
+    Column("fb_used_bytes", "int8", 0, 2.0**50),
+    Column("fb_total_bytes", "int8", 0, 2.0**50),
+    Column("temp_c", "float4", -40, 200),
+    Column("mem_temp_c", "float4", -40, 200),
+    Column("power_w", "float4", 0, 10_000),
+    Column("power_limit_w", "float4", 0, 10_000),
+    Column("energy_j", "float8", 0, 1e18),
+    Column("sm_clock_mhz", "float4", 0, 10_000),
+    Column("mem_clock_mhz", "float4", 0, 20_000),
+    Column("clock_event_reasons", "int8", 0, INT64_MAX),
+    _counter("pcie_replay"),
+    _counter("ecc_corrected"),
+    _counter("ecc_uncorrected"),
+)
+
+PORT_COLUMNS: tuple[Column, ...] = (
+    _counter("xmit_bytes"),
+    _counter("rcv_bytes"),
+    _counter("xmit_packets"),
+    _counter("rcv_packets"),
+    _counter("xmit_wait"),
+    _counter("symbol_errors"),
+    _counter("link_downed"),
+    _counter("rcv_errors"),
+    Column("state", "int2", 0, 5),
+    Column("rate_gbps", "float4", 0, 100_000),
+)
+
+# Metrics a heatmap or chart may show: a whitelist, since the name becomes an SQL identifier.
+GPU_METRIC_KEYS = frozenset(c.key for c in GPU_COLUMNS)

@@ -1,0 +1,170 @@
+"""Stores one validated batch in one transaction: inventory, the batch marker, then binary COPY.
+
+The batch marker row (exporter_id, seq) makes retries idempotent: if it exists, the batch was stored
+before and nothing else is written. Either everything in a batch is committed or nothing is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
+
+from collector.ingest.wire import Batch, Samples
+from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    duplicate: bool
+    gpu_rows: int
+    port_rows: int
+
+
+class InventoryCache:
+    """Ids of nodes, GPUs and ports already in the database, so steady-state batches skip the upserts.
+
+    Entries are added only after the transaction that created them commits.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[tuple[str, str, str], int] = {}
+        self.gpus: dict[tuple[int, int, str, str, str], int] = {}
+        self.ports: dict[tuple[int, str, int], int] = {}
+
+
+# Cache insertions to apply once the transaction commits: (cache table, key, id).
+PendingEntries = list[tuple[dict[Any, int], Any, int]]
+
+
+async def store_batch(pool: AsyncConnectionPool, batch: Batch, cache: InventoryCache) -> StoreResult:
+    new_entries: PendingEntries = []
+    async with pool.connection() as conn, conn.transaction():
+        node_id = await _node_id(conn, batch, cache, new_entries)
+        gpu_ids = await _gpu_ids(conn, node_id, batch, cache, new_entries)
+        port_ids = await _port_ids(conn, node_id, batch, cache, new_entries)
+        inserted = await conn.execute(
+            "INSERT INTO ingest_batch (exporter_id, seq, node_id, gpu_rows, port_rows)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            (batch.exporter_id, batch.seq, node_id, len(batch.gpu_samples), len(batch.port_samples)),
+        )
+        if await inserted.fetchone() is None:
+            return StoreResult(duplicate=True, gpu_rows=0, port_rows=0)
+        gpu_index_to_id = np.zeros(max(gpu_ids, default=0) + 1, dtype=np.int64)
+        for index, gpu_id in gpu_ids.items():
+            gpu_index_to_id[index] = gpu_id
+        await _copy(conn, "gpu_sample", "gpu_id", GPU_COLUMNS, batch.gpu_samples, gpu_index_to_id)
+        await _copy(
+            conn, "ib_port_sample", "port_id", PORT_COLUMNS, batch.port_samples, np.array(port_ids, dtype=np.int64)
+        )
+    for table, key, value in new_entries:
+        table[key] = value
+    return StoreResult(duplicate=False, gpu_rows=len(batch.gpu_samples), port_rows=len(batch.port_samples))
+
+
+async def _node_id(conn: AsyncConnection[Any], batch: Batch, cache: InventoryCache, new: PendingEntries) -> int:
+    key = (batch.cluster, batch.node, batch.rack)
+    if key in cache.nodes:
+        return cache.nodes[key]
+    cur = await conn.execute(
+        "INSERT INTO node (cluster, name, rack) VALUES (%s, %s, %s)"
+        " ON CONFLICT (cluster, name) DO UPDATE SET rack = EXCLUDED.rack RETURNING node_id",
+        key,
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    new.append((cache.nodes, key, row[0]))
+    return int(row[0])
+
+
+async def _gpu_ids(
+    conn: AsyncConnection[Any], node_id: int, batch: Batch, cache: InventoryCache, new: PendingEntries
+) -> dict[int, int]:
+    ids: dict[int, int] = {}
+    missing = []
+    for gpu in batch.gpus:
+        key = (node_id, gpu.index, gpu.uuid, gpu.model, gpu.pci_bus_id)
+        if key in cache.gpus:
+            ids[gpu.index] = cache.gpus[key]
+        else:
+            missing.append(gpu)
+    if missing:
+        cur = await conn.execute(
+            "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id)"
+            " SELECT %s, * FROM unnest(%s::smallint[], %s::text[], %s::text[], %s::text[])"
+            " ON CONFLICT (node_id, gpu_index) DO UPDATE"
+            " SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, pci_bus_id = EXCLUDED.pci_bus_id"
+            " RETURNING gpu_index, gpu_id",
+            (
+                node_id,
+                [g.index for g in missing],
+                [g.uuid for g in missing],
+                [g.model for g in missing],
+                [g.pci_bus_id for g in missing],
+            ),
+        )
+        by_index = {gpu.index: gpu for gpu in missing}
+        for index, gpu_id in await cur.fetchall():
+            gpu = by_index[index]
+            ids[index] = gpu_id
+            new.append((cache.gpus, (node_id, index, gpu.uuid, gpu.model, gpu.pci_bus_id), gpu_id))
+    return ids
+
+
+async def _port_ids(
+    conn: AsyncConnection[Any], node_id: int, batch: Batch, cache: InventoryCache, new: PendingEntries
+) -> list[int]:
+    """Port ids in the batch's `ports` order (samples refer to ports by position)."""
+    keys = [(node_id, p.device, p.port) for p in batch.ports]
+    missing = [k for k in keys if k not in cache.ports]
+    if missing:
+        cur = await conn.execute(
+            "INSERT INTO ib_port (node_id, device, port)"
+            " SELECT %s, * FROM unnest(%s::text[], %s::smallint[])"
+            " ON CONFLICT (node_id, device, port) DO UPDATE SET device = EXCLUDED.device"
+            " RETURNING device, port, port_id",
+            (node_id, [k[1] for k in missing], [k[2] for k in missing]),
+        )
+        found = {(node_id, device, port): port_id for device, port, port_id in await cur.fetchall()}
+        new.extend((cache.ports, key, port_id) for key, port_id in found.items())
+    else:
+        found = {}
+    return [cache.ports.get(k) or found[k] for k in keys]
+
+
+async def _copy(
+    conn: AsyncConnection[Any],
+    table: str,
+    id_column: str,
+    columns: tuple[Column, ...],
+    samples: Samples,
+    device_to_id: np.ndarray,
+) -> None:
+    if len(samples) == 0:
+        return
+    present = [c for c in columns if c.key in samples.values]
+    names = ["ts", id_column] + (["up"] if samples.up is not None else []) + [c.key for c in present]
+    types = ["timestamptz", "int4"] + (["bool"] if samples.up is not None else []) + [c.pg_type for c in present]
+    stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+        sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, names))
+    )
+    # Per-row Python work stays here until the columnar binary encoder lands (issue: ingest at scale).
+    timestamps = [datetime.fromtimestamp(t, UTC) for t in samples.ts.tolist()]
+    ids = device_to_id[samples.device].tolist()
+    value_lists = [_with_nulls(samples.values[c.key], c.integer) for c in present]
+    extra = [samples.up.tolist()] if samples.up is not None else []
+    async with conn.cursor() as cur, cur.copy(stmt) as copy:
+        copy.set_types(types)
+        for row in zip(timestamps, ids, *extra, *value_lists, strict=True):
+            await copy.write_row(row)
+
+
+def _with_nulls(values: np.ndarray, integer: bool) -> list[object]:
+    out: list[object] = np.nan_to_num(values).astype(np.int64).tolist() if integer else values.tolist()
+    for i in np.flatnonzero(np.isnan(values)).tolist():
+        out[i] = None
+    return out

@@ -1,0 +1,95 @@
+"""Wires one node's exporter together: source -> sampler -> (exposition, pusher), each in its thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from exporter.exposition import ExporterIdentity, Exposition
+from exporter.http_server import make_server, snapshot_health
+from exporter.pusher import Pusher
+from exporter.sampler import Sampler
+from exporter.sources.base import Source
+from exporter.wire import Origin
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    cluster: str
+    rack: str
+    node: str
+    interval: float = 1.0
+    listen: str | None = None  # None: no HTTP endpoint (the demo runs many exporters in one process)
+    push_url: str | None = None
+    token: str | None = None
+
+
+class NodeExporter:
+    def __init__(self, source: Source, config: ExporterConfig) -> None:
+        if config.push_url and not config.token:
+            raise ValueError("pushing to a collector needs a token (--token-file)")
+        self.config = config
+        self.source = source
+        self.pusher = (
+            Pusher(
+                config.push_url,
+                config.token or "",
+                Origin(config.cluster, config.rack, config.node, source.name, exporter_id=str(uuid.uuid4())),
+            )
+            if config.push_url
+            else None
+        )
+        self.sampler = Sampler(source, config.interval, subscribers=(self.pusher.enqueue,) if self.pusher else ())
+        identity = ExporterIdentity(config.cluster, config.rack, config.node, source.name, VERSION)
+        self.exposition = Exposition(identity, lambda: self.sampler.latest)
+        self._server = (
+            make_server(
+                config.listen,
+                self.exposition,
+                snapshot_health(lambda: self.sampler.latest.ts if self.sampler.latest else None, config.interval),
+            )
+            if config.listen
+            else None
+        )
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        if self._server is None:
+            return None
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        self._spawn(self.sampler.run, f"sampler-{self.config.node}", self._stop)
+        if self.pusher is not None:
+            self._spawn(self.pusher.run, f"pusher-{self.config.node}", self._stop)
+        if self._server is not None:
+            self._spawn(self._server.serve_forever, f"http-{self.config.node}")
+
+    def stop(self, flush_seconds: float = 5.0) -> None:
+        """Stop sampling, then give queued samples a bounded chance to reach the collector."""
+        self._stop.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=flush_seconds)
+        if self.pusher is not None:
+            if not self.pusher.flush(time.monotonic() + flush_seconds):
+                log.warning("%s: %d samples not delivered at shutdown", self.config.node, self.pusher.pending())
+            self.pusher.close()
+        self.source.close()
+
+    def _spawn(self, target: object, name: str, *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)  # type: ignore[arg-type]
+        thread.start()
+        self._threads.append(thread)

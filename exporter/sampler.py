@@ -1,0 +1,62 @@
+"""The one sampling loop: reads the source once per interval and publishes an immutable snapshot.
+
+Nothing else touches hardware: /metrics and the pusher only read the published snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from exporter.snapshot import Snapshot
+from exporter.sources.base import Source
+
+log = logging.getLogger(__name__)
+
+
+class Sampler:
+    def __init__(
+        self,
+        source: Source,
+        interval: float,
+        subscribers: tuple[Callable[[Snapshot], None], ...] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError(f"interval must be > 0 seconds, got {interval}")
+        self.source = source
+        self.interval = interval
+        self.latest: Snapshot | None = None
+        self.cycles = 0
+        self.failed_cycles = 0
+        self._subscribers = subscribers
+        self._clock = clock
+
+    def sample_once(self, now: float | None = None) -> Snapshot:
+        ts = self._clock() if now is None else now
+        started = time.perf_counter()
+        gpus, ports = self.source.read(ts)
+        snapshot = Snapshot(ts=ts, gpus=gpus, ports=ports, sample_seconds=time.perf_counter() - started)
+        self.latest = snapshot  # a single reference swap: readers see the old or the new, never half
+        self.cycles += 1
+        for subscriber in self._subscribers:
+            subscriber(snapshot)
+        return snapshot
+
+    def run(self, stop: threading.Event) -> None:
+        """Sample on interval boundaries until `stop` is set; a failed cycle is logged, not fatal."""
+        next_tick = time.monotonic()
+        while not stop.is_set():
+            try:
+                self.sample_once()
+            except Exception:
+                self.failed_cycles += 1
+                log.exception("sampling cycle failed (source %s)", self.source.name)
+            next_tick += self.interval
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # fell behind (suspended, overloaded): skip missed ticks, don't burst
+                next_tick = time.monotonic()
+                delay = 0
+            stop.wait(delay)

@@ -1,0 +1,170 @@
+"""A simulated node: GPUs and InfiniBand ports that behave like an H100 node running the scheduled jobs.
+
+Ranks of a job run synchronous steps: each step lasts as long as the slowest rank's compute plus the
+collective, and faster ranks spend the difference spinning in NCCL, which reads as full utilisation
+but lower SM/tensor activity and power. Counters (energy, bytes) are integrated between reads, so the
+source is deterministic for a given seed and sequence of read times.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import numpy as np
+
+from exporter.sim.jobs import JobRun, JobSchedule
+from exporter.sim.topology import NodeSpec
+from exporter.snapshot import GpuIdentity, GpuReading, PortIdentity, PortReading
+
+MODEL = "NVIDIA H100 80GB HBM3"
+FB_TOTAL_BYTES = 81_559 * 2**20
+POWER_LIMIT_W = 700.0
+IDLE_POWER_W = 70.0
+MAX_SM_CLOCK_MHZ = 1980.0
+IDLE_SM_CLOCK_MHZ = 345.0
+MEM_CLOCK_MHZ = 2619.0
+AMBIENT_C = 28.0
+THERMAL_C_PER_W = 0.075
+THERMAL_TAU_S = 20.0
+IB_LINE_RATE_GBPS = 400.0
+IB_MAX_BYTES_PER_S = IB_LINE_RATE_GBPS * 1e9 / 8
+IB_STATE_ACTIVE = 4.0
+CLOCK_EVENT_GPU_IDLE = 0x1
+PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+class SimNodeSource:
+    """Implements exporter.sources.base.Source for one simulated node."""
+
+    name = "sim"
+
+    def __init__(self, node: NodeSpec, schedule: JobSchedule, seed: int) -> None:
+        self.node = node
+        self._schedule = schedule
+        self._seed = seed
+        self._rng = np.random.default_rng([seed, node.index, 0x51])
+        self.gpus = tuple(_gpu_identity(seed, node, i) for i in range(node.gpus))
+        self.ports = tuple(PortIdentity(device=f"mlx5_{i}", port=1) for i in range(node.ib_ports))
+        self._last_t: float | None = None
+        self._temp = np.full(node.gpus, AMBIENT_C + THERMAL_C_PER_W * IDLE_POWER_W)
+        self._energy_j = self._rng.uniform(1e6, 5e7, node.gpus)  # driver loaded a while ago
+        self._ib = {key: np.zeros(node.ib_ports) for key in ("xmit_bytes", "rcv_bytes", "xmit_wait")}
+
+    def read(self, now: float) -> tuple[tuple[GpuReading, ...], tuple[PortReading, ...]]:
+        dt = 0.0 if self._last_t is None else max(0.0, now - self._last_t)
+        self._last_t = now
+        job = self._schedule.job_at(self.node.index, now)
+        busy = self._compute_fraction(job, now) if job else None
+        gpus = self._read_gpus(job, busy, dt)
+        ports = self._read_ports(job, busy, dt)
+        return gpus, ports
+
+    def close(self) -> None:
+        pass
+
+    def _compute_fraction(self, job: JobRun, now: float) -> np.ndarray:
+        """Per-GPU share of each step spent computing; the rest is waiting in the collective."""
+        position = job.nodes.index(self.node.index)
+        is_last_stage = position == job.ranks - 1
+        role = np.full(self.node.gpus, job.heavy_rank_extra if is_last_stage else 0.0)
+        compute = job.step_seconds * (1.0 + role) * (1.0 + self._rng.normal(0.0, 0.006, self.node.gpus))
+        collective = job.step_seconds * (0.15 if job.ranks > 1 else 0.05)
+        # Every rank waits for the slowest; the step jitter is shared so all nodes agree on it.
+        step_jitter = 1.0 + 0.02 * _unit_hash(job.job_id, math.floor(now))
+        step = job.step_seconds * (1.0 + job.heavy_rank_extra) * 1.02 * step_jitter + collective
+        return np.clip(compute / step, 0.0, 1.0)
+
+    def _read_gpus(self, job: JobRun | None, busy: np.ndarray | None, dt: float) -> tuple[GpuReading, ...]:
+        n = self.node.gpus
+        noise = self._rng.normal(0.0, 1.0, (6, n))
+        if job is None or busy is None:
+            util = np.zeros(n)
+            sm_active = np.zeros(n)
+            tensor = np.zeros(n)
+            mem_copy = np.zeros(n)
+            power = IDLE_POWER_W + 2.0 * noise[0]
+            sm_clock = np.full(n, IDLE_SM_CLOCK_MHZ)
+            fb_used = np.full(n, 4.0 * 2**20)
+            reasons = CLOCK_EVENT_GPU_IDLE
+        else:
+            util = np.clip(98.5 + 1.0 * noise[1], 90.0, 100.0)
+            sm_active = 100 * (0.92 * busy + 0.35 * (1 - busy)) * (0.9 + 0.1 * job.intensity) + noise[2]
+            tensor = 100 * 0.7 * job.intensity * busy + noise[3]
+            mem_copy = 35 * busy * job.intensity + noise[4]
+            power = IDLE_POWER_W + (POWER_LIMIT_W - IDLE_POWER_W) * (0.25 + 0.7 * job.intensity * busy)
+            power = power + 6.0 * noise[0]
+            sm_clock = MAX_SM_CLOCK_MHZ - np.abs(15.0 * noise[5])
+            fb_used = np.full(n, (0.72 + 0.2 * _unit_hash(job.job_id, 0) ** 2) * FB_TOTAL_BYTES)
+            reasons = 0
+        power = np.clip(power, 20.0, POWER_LIMIT_W)
+        steady = AMBIENT_C + THERMAL_C_PER_W * power
+        self._temp = steady + (self._temp - steady) * math.exp(-dt / THERMAL_TAU_S)
+        self._energy_j = self._energy_j + power * dt
+        readings = []
+        for i, gpu in enumerate(self.gpus):
+            values = {
+                "util_pct": round(float(np.clip(util[i], 0, 100))),
+                "mem_copy_util_pct": round(float(np.clip(mem_copy[i], 0, 100))),
+                "sm_active_pct": float(np.clip(sm_active[i], 0, 100)),
+                "tensor_active_pct": float(np.clip(tensor[i], 0, 100)),
+                "fb_used_bytes": float(fb_used[i]),
+                "fb_total_bytes": float(FB_TOTAL_BYTES),
+                "temp_c": round(float(self._temp[i])),
+                "mem_temp_c": round(float(self._temp[i] + 5.0)),
+                "power_w": float(power[i]),
+                "power_limit_w": POWER_LIMIT_W,
+                "energy_j": float(self._energy_j[i]),
+                "sm_clock_mhz": round(float(sm_clock[i])),
+                "mem_clock_mhz": MEM_CLOCK_MHZ,
+                "clock_event_reasons": float(reasons),
+                "pcie_replay": 0.0,
+                "ecc_corrected": 0.0,
+                "ecc_uncorrected": 0.0,
+            }
+            readings.append(GpuReading(gpu=gpu, up=True, values=values))
+        return tuple(readings)
+
+    def _read_ports(self, job: JobRun | None, busy: np.ndarray | None, dt: float) -> tuple[PortReading, ...]:
+        n = self.node.ib_ports
+        if n == 0:
+            return ()
+        if job is not None and busy is not None and job.ranks > 1:
+            share = 0.35 * float(1.0 - busy.mean()) / 0.2  # traffic flows while ranks sit in the collective
+            rate = IB_MAX_BYTES_PER_S * np.clip(share + self._rng.normal(0, 0.02, n), 0.0, 0.95)
+        else:
+            rate = np.full(n, 2e6)  # background storage and control traffic
+        self._ib["xmit_bytes"] += rate * dt
+        self._ib["rcv_bytes"] += rate * dt * 0.98
+        self._ib["xmit_wait"] += (rate / IB_MAX_BYTES_PER_S) * 5e4 * dt
+        readings = []
+        for i, port in enumerate(self.ports):
+            xmit = math.floor(self._ib["xmit_bytes"][i] / 4) * 4  # sysfs counts 4-byte words
+            rcv = math.floor(self._ib["rcv_bytes"][i] / 4) * 4
+            values = {
+                "xmit_bytes": float(xmit),
+                "rcv_bytes": float(rcv),
+                "xmit_packets": float(xmit // 4096),
+                "rcv_packets": float(rcv // 4096),
+                "xmit_wait": float(math.floor(self._ib["xmit_wait"][i])),
+                "symbol_errors": 0.0,
+                "link_downed": 0.0,
+                "rcv_errors": 0.0,
+                "state": IB_STATE_ACTIVE,
+                "rate_gbps": IB_LINE_RATE_GBPS,
+            }
+            readings.append(PortReading(port=port, values=values))
+        return tuple(readings)
+
+
+def _gpu_identity(seed: int, node: NodeSpec, index: int) -> GpuIdentity:
+    rng = np.random.default_rng([seed, node.index, index, 0x1D])
+    gpu_uuid = uuid.UUID(bytes=rng.bytes(16), version=4)
+    bus = PCI_BUSES[index % len(PCI_BUSES)] + 0x100 * (index // len(PCI_BUSES))
+    return GpuIdentity(index=index, uuid=f"GPU-{gpu_uuid}", model=MODEL, pci_bus_id=f"00000000:{bus:02X}:00.0")
+
+
+def _unit_hash(job_id: str, tick: int) -> float:
+    """A deterministic number in [-1, 1) shared by every node of a job for the same tick."""
+    rng = np.random.default_rng([int(job_id), tick & 0xFFFFFFFF])
+    return float(rng.uniform(-1.0, 1.0))

@@ -1,0 +1,1 @@
+"""Telemetry sources: each reads one kind of hardware (or the simulator) into readings."""

@@ -1,0 +1,11 @@
+"""Parsing HOST:PORT listen addresses, shared by every service's command line."""
+
+from __future__ import annotations
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """'HOST:PORT', ':PORT' (all interfaces) or '[::1]:PORT'."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address must be HOST:PORT, got {listen!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - ':PORT' means every interface
