@@ -5,14 +5,11 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
-import stat
 from pathlib import Path
 
+from gpuscope.tokens import TokenError, read_token_file
+
 log = logging.getLogger(__name__)
-
-
-class TokenError(RuntimeError):
-    pass
 
 
 class TokenAuth:
@@ -31,19 +28,6 @@ class TokenAuth:
         for token in self._tokens:
             matched |= hmac.compare_digest(offered, token)
         return matched
-
-
-def read_token_file(path: Path) -> str:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TokenError(f"cannot read token file {path}: {exc.strerror}") from None
-    token = text.strip()
-    if not token or "\n" in token:
-        raise TokenError(f"token file {path} must hold exactly one non-empty line")
-    if path.stat().st_mode & (stat.S_IRGRP | stat.S_IROTH):
-        log.warning("token file %s is readable by other users; chmod 600 it", path)
-    return token
 
 
 def token_or_generate(token_file: Path | None, data_dir: Path) -> str:

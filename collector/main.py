@@ -7,15 +7,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool
 from starlette.concurrency import run_in_threadpool
 
 from collector.api import health, ingest, read
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
 from collector.store.migrate import migrate
-
-READ_ONLY = "-c default_transaction_read_only=on"
+from collector.store.pools import open_read_pool
 
 
 def create_app(dsn: str, auth: TokenAuth, max_body_bytes: int = 32 * 2**20, max_concurrent_writes: int = 8) -> FastAPI:
@@ -23,11 +22,8 @@ def create_app(dsn: str, auth: TokenAuth, max_body_bytes: int = 32 * 2**20, max_
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(migrate, dsn)
         ingest_pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_concurrent_writes, open=False)
-        read_pool = ConnectionPool(
-            dsn, min_size=1, max_size=8, open=False, kwargs={"autocommit": True, "options": READ_ONLY}
-        )
         await ingest_pool.open(wait=True, timeout=30)  # fail start-up fast if the database is away
-        read_pool.open(wait=True, timeout=30)
+        read_pool = await run_in_threadpool(open_read_pool, dsn)
         app.state.ingest_pool = ingest_pool
         app.state.read_pool = read_pool
         app.state.ingest = IngestState(

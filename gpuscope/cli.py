@@ -1,0 +1,154 @@
+"""The `gpuscope` command: one subcommand per service, wiring only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+from pathlib import Path
+
+from gpuscope.listen import parse_listen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per dashboard request is noise
+    try:
+        return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, OSError, RuntimeError) as exc:
+        # Configuration and environment problems: one clear line, no traceback.
+        print(f"gpuscope {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuscope", description="GPU cluster telemetry.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="embedded database + collector + simulated cluster + dashboard")
+    demo.add_argument("--nodes", type=_positive_int, default=16)
+    demo.add_argument("--gpus-per-node", type=_positive_int, default=8)
+    demo.add_argument("--racks", type=_positive_int, default=4)
+    demo.add_argument("--seed", type=int, default=42)
+    demo.add_argument("--dashboard-port", type=_port, default=8050)
+    demo.add_argument("--collector-port", type=_port, default=9410)
+    demo.add_argument("--interval", type=_positive_float, default=1.0, help="sampling interval in seconds")
+    demo.add_argument("--backfill-minutes", type=float, default=30.0, help="simulated history to load first")
+    demo.add_argument("--data-dir", type=Path, help="keep the database here (default: temporary)")
+    demo.set_defaults(run=_run_demo)
+
+    exporter = commands.add_parser("exporter", help="per-node exporter: /metrics and push to a collector")
+    exporter.add_argument("--backend", choices=["auto", "nvml", "amdsmi", "sim"], default="auto")
+    exporter.add_argument("--listen", default=":9400", help="HOST:PORT for /metrics (default :9400, all interfaces)")
+    exporter.add_argument("--push", metavar="URL", help="collector base URL, e.g. http://collector:9410")
+    exporter.add_argument("--interval", type=_positive_float, default=5.0, help="sampling interval in seconds")
+    exporter.add_argument("--node", default=socket.gethostname())
+    exporter.add_argument("--rack", default="default")
+    exporter.add_argument("--cluster", default="default")
+    exporter.add_argument("--token-file", type=Path, help="file holding the collector's bearer token")
+    exporter.add_argument("--sim-seed", type=int, default=0, help="seed for --backend sim")
+    exporter.add_argument("--sim-gpus", type=_positive_int, default=8, help="GPUs for --backend sim")
+    exporter.set_defaults(run=_run_exporter)
+
+    collector = commands.add_parser("collector", help="ingest API and read API over PostgreSQL")
+    collector.add_argument("--listen", help="HOST:PORT (default 0.0.0.0:9410)")
+    collector.add_argument("--db", help="PostgreSQL DSN (default: embedded server in --data-dir)")
+    collector.add_argument("--data-dir", type=Path)
+    collector.add_argument("--token-file", type=Path, help="ingest bearer token (default: generated in --data-dir)")
+    collector.set_defaults(run=_run_collector)
+
+    dashboard = commands.add_parser("dashboard", help="the web UI")
+    dashboard.add_argument("--listen", default="127.0.0.1:8050", help="HOST:PORT (default 127.0.0.1:8050)")
+    dashboard.add_argument("--db", required=True, help="PostgreSQL DSN of the collector's database")
+    dashboard.set_defaults(run=_run_dashboard)
+    return parser
+
+
+def _run_demo(args: argparse.Namespace) -> None:
+    from gpuscope.demo import DemoOptions, run_demo
+
+    run_demo(
+        DemoOptions(
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            racks=args.racks,
+            seed=args.seed,
+            dashboard_port=args.dashboard_port,
+            collector_port=args.collector_port,
+            interval=args.interval,
+            backfill_minutes=args.backfill_minutes,
+            data_dir=args.data_dir,
+        )
+    )
+
+
+def _run_exporter(args: argparse.Namespace) -> None:
+    from gpuscope.exporter_main import run_exporter
+
+    run_exporter(args)
+
+
+def _run_collector(args: argparse.Namespace) -> None:
+    from collector import service
+    from collector.settings import CollectorSettings
+
+    overrides = {
+        key: value
+        for key, value in {
+            "listen": args.listen,
+            "db": args.db,
+            "data_dir": args.data_dir,
+            "token_file": args.token_file,
+        }.items()
+        if value is not None
+    }
+    service.run(CollectorSettings(**overrides))
+
+
+def _run_dashboard(args: argparse.Namespace) -> None:
+    from collector.store.pools import open_read_pool
+    from dashboard.app import create_app
+    from dashboard.server import DashboardServer
+
+    host, port = parse_listen(args.listen)
+    pool = open_read_pool(args.db, max_size=4)
+    server = DashboardServer(create_app(pool), host, port)
+    print(f"gpuscope dashboard on http://{host}:{server.port}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        pool.close()
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (0-65535), got {value}")
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""`gpuscope demo`: embedded PostgreSQL, collector, simulated exporters and dashboard in one process tree.
+
+Everything binds 127.0.0.1. SIGINT or SIGTERM stops the parts in reverse order of start (exporters
+flush what they hold first), the PostgreSQL child last, and removes the temporary data directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from collector.auth import TokenAuth
+from collector.embedded_pg import EmbeddedPostgres
+from collector.main import create_app as create_collector_app
+from collector.service import BackgroundServer
+from collector.store.pools import open_read_pool
+from dashboard.app import create_app as create_dashboard_app
+from dashboard.server import DashboardServer
+from exporter.node_exporter import ExporterConfig, NodeExporter
+from exporter.sim import JobSchedule, SimNodeSource, build_topology
+
+log = logging.getLogger("gpuscope.demo")
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    nodes: int = 16
+    gpus_per_node: int = 8
+    racks: int = 4
+    seed: int = 42
+    dashboard_port: int = 8050
+    collector_port: int = 9410
+    interval: float = 1.0
+    backfill_minutes: float = 30.0
+    data_dir: Path | None = None  # None: a temporary directory, removed at exit
+
+
+def run_demo(options: DemoOptions) -> None:
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    with contextlib.ExitStack() as stack:
+        data_dir = options.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscope-demo-")))
+        pg = EmbeddedPostgres(data_dir)
+        pg.start()  # first: its child is forked before any of our threads exist
+        stack.callback(pg.stop)
+
+        token = secrets.token_urlsafe(32)
+        collector = BackgroundServer(create_collector_app(pg.dsn, TokenAuth([token])), HOST, options.collector_port)
+        collector.start()
+        stack.callback(collector.stop)
+        push_url = f"http://{HOST}:{collector.port}"
+
+        exporters = _simulated_exporters(options, push_url, token)
+        stack.callback(_stop_all, exporters)
+        _backfill(exporters, minutes=options.backfill_minutes)
+        for exporter in exporters:
+            exporter.start()
+
+        pool = open_read_pool(pg.dsn, max_size=4)
+        stack.callback(pool.close)
+        dashboard = DashboardServer(create_dashboard_app(pool), HOST, options.dashboard_port)
+        dashboard.start()
+        stack.callback(dashboard.stop)
+
+        gpus = options.nodes * options.gpus_per_node
+        print(
+            f"gpuscope demo: {gpus} simulated GPUs on {options.nodes} nodes in {options.racks} racks\n"
+            f"  dashboard  http://{HOST}:{dashboard.port}\n"
+            f"  collector  {push_url}/docs\n"
+            "Press Ctrl-C to stop.",
+            flush=True,
+        )
+        stop.wait()
+        print("gpuscope demo: stopping...", flush=True)
+    print("gpuscope demo: stopped.", flush=True)
+
+
+def _simulated_exporters(options: DemoOptions, push_url: str, token: str) -> list[NodeExporter]:
+    topology = build_topology(options.nodes, options.gpus_per_node, options.racks, cluster="demo")
+    schedule = JobSchedule(topology, options.seed)
+    return [
+        NodeExporter(
+            SimNodeSource(node, schedule, options.seed),
+            ExporterConfig(
+                node.cluster, node.rack, node.name, interval=options.interval, push_url=push_url, token=token
+            ),
+        )
+        for node in topology
+    ]
+
+
+def _backfill(exporters: list[NodeExporter], minutes: float, step: float = 10.0) -> None:
+    """Simulated history, so the first page already shows jobs coming and going."""
+    if minutes <= 0:
+        return
+    started = time.monotonic()
+    now = time.time()
+    for exporter in exporters:
+        t = now - minutes * 60
+        while t < now:
+            exporter.sampler.sample_once(now=t)
+            t += step
+        assert exporter.pusher is not None
+        if not exporter.pusher.flush(time.monotonic() + 30):
+            raise RuntimeError("the collector did not accept the simulated history")
+    log.info("backfilled %.0f minutes of history in %.1fs", minutes, time.monotonic() - started)
+
+
+def _stop_all(exporters: list[NodeExporter]) -> None:
+    threads = [threading.Thread(target=e.stop, daemon=True) for e in exporters]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+        # A second Ctrl-C while shutting down falls back to the default: stop now.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,62 @@
+"""`gpuscope exporter`: picks the telemetry source, then runs one NodeExporter until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from types import FrameType
+
+from exporter.node_exporter import ExporterConfig, NodeExporter
+from exporter.sim import JobSchedule, NodeSpec, SimNodeSource
+from exporter.sources.base import Source
+from gpuscope.tokens import read_token_file
+
+log = logging.getLogger("gpuscope.exporter")
+SIM_IB_PORTS = 8
+
+
+def make_source(args: argparse.Namespace) -> Source:
+    if args.backend == "sim":
+        node = NodeSpec(args.cluster, args.rack, args.node, index=0, gpus=args.sim_gpus, ib_ports=SIM_IB_PORTS)
+        return SimNodeSource(node, JobSchedule((node,), args.sim_seed), args.sim_seed)
+    raise RuntimeError(
+        f"--backend {args.backend} is not available in this build yet (NVML, AMD SMI and InfiniBand "
+        "sources are being added); use --backend sim"
+    )
+
+
+def run_exporter(args: argparse.Namespace) -> None:
+    if args.push and not args.token_file:
+        raise ValueError("--push needs --token-file (the collector's bearer token)")
+    token = read_token_file(args.token_file) if args.token_file else None
+    source = make_source(args)
+    config = ExporterConfig(
+        cluster=args.cluster,
+        rack=args.rack,
+        node=args.node,
+        interval=args.interval,
+        listen=args.listen,
+        push_url=args.push,
+        token=token,
+    )
+    exporter = NodeExporter(source, config)
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    exporter.start()
+    host, port = exporter.address or ("-", 0)
+    log.info(
+        "exporter (%s) serving http://%s:%d/metrics%s",
+        source.name,
+        host,
+        port,
+        f", pushing to {args.push}" if args.push else "",
+    )
+    stop.wait()
+    exporter.stop()
