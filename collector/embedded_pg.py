@@ -44,14 +44,14 @@ class EmbeddedPostgresError(RuntimeError):
     pass
 
 
-def find_pg_bin() -> Path:
+def find_pg_bin(debian_root: str = "/usr/lib/postgresql") -> Path:
     """The directory holding initdb and postgres: $GPUSCOPE_PG_BIN, PATH, Debian's layout, pgserver."""
     candidates: list[Path] = []
     if env := os.environ.get("GPUSCOPE_PG_BIN"):
         candidates.append(Path(env))
     if found := shutil.which("initdb"):
         candidates.append(Path(found).resolve().parent)
-    debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: _version_key(Path(p).parent.name))
+    debian = sorted(glob.glob(f"{debian_root}/*/bin"), key=lambda p: _version_key(Path(p).parent.name))
     candidates.extend(Path(p) for p in reversed(debian))
     with contextlib.suppress(ImportError):
         import pgserver  # type: ignore[import-not-found]

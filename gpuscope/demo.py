@@ -76,6 +76,7 @@ def run_demo(options: DemoOptions) -> None:
             f"gpuscope demo: {gpus} simulated GPUs on {options.nodes} nodes in {options.racks} racks\n"
             f"  dashboard  http://{HOST}:{dashboard.port}\n"
             f"  collector  {push_url}/docs\n"
+            f"  data       {data_dir}{'' if options.data_dir else ' (temporary)'}\n"
             "Press Ctrl-C to stop.",
             flush=True,
         )

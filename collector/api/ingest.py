@@ -62,6 +62,10 @@ async def push_samples(request: Request, pool: IngestPoolDep, state: IngestState
         state.metrics.batches.labels("db_unavailable").inc()
         log.warning("database unavailable while storing a batch: %s", exc)
         return _unavailable("database unavailable")
+    except psycopg.Error:
+        state.metrics.batches.labels("db_error").inc()
+        log.exception("storing a batch failed; the transaction was rolled back")
+        return JSONResponse({"detail": "database error; nothing was stored"}, status_code=500)
     finally:
         state.write_slots.release()
 

@@ -154,9 +154,11 @@ def _parse_json(raw: bytes) -> Any:
         raise ValueError(f"{name} is not allowed")
 
     try:
-        return json.loads(raw, parse_constant=reject_constant)
+        text = raw.decode("utf-8")  # explicitly: json.loads would guess UTF-16/32 from the first bytes
     except UnicodeDecodeError:
         raise IngestError(400, ("body",), "body is not UTF-8") from None
+    try:
+        return json.loads(text, parse_constant=reject_constant)
     except ValueError as exc:
         raise IngestError(400, ("body",), f"invalid JSON: {exc}") from None
 

@@ -1,0 +1,268 @@
+"""POST /api/v1/samples against a real collector and database: auth, validation, atomicity, retries."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from exporter.sim import JobSchedule, SimNodeSource, build_topology
+from exporter.snapshot import Snapshot
+from exporter.wire import Origin, encode_batch
+from tests.conftest import RunningCollector, count_rows
+
+TABLES = ("node", "gpu", "ib_port", "ingest_batch", "gpu_sample", "ib_port_sample")
+
+
+def make_batch(seconds: int = 5, seq: int = 1, exporter_id: str | None = None) -> dict[str, Any]:
+    """A valid batch, built by the exporter's own encoder from simulated readings of the last seconds."""
+    topology = build_topology(1, 8, 1, cluster="test")
+    source = SimNodeSource(topology[0], JobSchedule(topology, 1), 1)
+    now = time.time()
+    snapshots = []
+    for i in range(seconds):
+        gpus, ports = source.read(now - seconds + i)
+        snapshots.append(Snapshot(ts=now - seconds + i, gpus=gpus, ports=ports))
+    origin = Origin("test", "rack-00", "node-000", "sim", exporter_id or str(uuid.uuid4()))
+    return encode_batch(origin, seq, snapshots)
+
+
+def post(
+    collector: RunningCollector, body: bytes | dict[str, Any], token: str | None = "use-right", **headers: str
+) -> httpx.Response:
+    if isinstance(body, dict):
+        body = json.dumps(body).encode()
+    if token == "use-right":
+        token = collector.token
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.post(f"{collector.url}/api/v1/samples", content=body, headers=headers, timeout=10)
+
+
+def stored(collector: RunningCollector) -> dict[str, int]:
+    return {table: count_rows(collector.dsn, table) for table in TABLES}
+
+
+NOTHING = dict.fromkeys(TABLES, 0)
+
+
+def test_valid_batch_is_stored_whole(collector: RunningCollector) -> None:
+    response = post(collector, make_batch(seconds=5))
+    assert response.status_code == 200, response.text
+    assert response.json() == {"duplicate": False, "gpu_rows": 40, "port_rows": 40, "ignored_fields": []}
+    assert stored(collector) == {
+        "node": 1,
+        "gpu": 8,
+        "ib_port": 8,
+        "ingest_batch": 1,
+        "gpu_sample": 40,
+        "ib_port_sample": 40,
+    }
+
+
+def test_gzip_body_is_accepted(collector: RunningCollector) -> None:
+    body = gzip.compress(json.dumps(make_batch()).encode())
+    assert post(collector, body, **{"Content-Encoding": "gzip"}).status_code == 200
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token-of-some-length", "x"])
+def test_missing_or_wrong_token_gets_401_and_writes_nothing(collector: RunningCollector, token: str | None) -> None:
+    response = post(collector, make_batch(), token=token)
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert stored(collector) == NOTHING
+
+
+def test_token_in_another_scheme_is_refused(collector: RunningCollector) -> None:
+    response = post(collector, make_batch(), token=None, Authorization=f"Basic {collector.token}")
+    assert response.status_code == 401
+
+
+def test_retried_batch_is_stored_once(collector: RunningCollector) -> None:
+    batch = make_batch(seq=7)
+    first, again = post(collector, batch), post(collector, batch)
+    assert first.json()["duplicate"] is False
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    assert count_rows(collector.dsn, "gpu_sample") == 40
+
+
+def test_same_seq_from_another_exporter_is_not_a_duplicate(collector: RunningCollector) -> None:
+    assert post(collector, make_batch(seq=1)).json()["duplicate"] is False
+    assert post(collector, make_batch(seq=1)).json()["duplicate"] is False
+    assert count_rows(collector.dsn, "ingest_batch") == 2
+
+
+def corrupt(path: list[Any], value: Any) -> dict[str, Any]:
+    batch = make_batch()
+    target = batch
+    for key in path[:-1]:
+        target = target[key]
+    if value is DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return batch
+
+
+DELETE = object()
+LAST_ROW = 39
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected_loc", "expected_msg"),
+    [
+        (["version"], 99, ["version"], "unsupported version"),
+        (["seq"], "7", ["seq"], "integer"),
+        (["exporter_id"], "not-a-uuid", ["exporter_id"], "UUID"),
+        (["source", "node"], DELETE, ["source", "node"], "required"),
+        (["source", "node"], "", ["source", "node"], "printable"),
+        (
+            ["gpu_samples", "values", "temp_c", LAST_ROW],
+            1e6,
+            ["gpu_samples", "values", "temp_c", LAST_ROW],
+            "out of range",
+        ),
+        (
+            ["gpu_samples", "values", "power_w", LAST_ROW],
+            -5,
+            ["gpu_samples", "values", "power_w", LAST_ROW],
+            "out of range",
+        ),
+        (["gpu_samples", "values", "util_pct", 3], "high", ["gpu_samples", "values", "util_pct", 3], "number"),
+        (["gpu_samples", "values", "util_pct", 3], True, ["gpu_samples", "values", "util_pct", 3], "number"),
+        (["gpu_samples", "ts", LAST_ROW], time.time() + 3600, ["gpu_samples", "ts", LAST_ROW], "future"),
+        (["gpu_samples", "ts", 0], None, ["gpu_samples", "ts", 0], "number"),
+        (["gpu_samples", "gpu", LAST_ROW], 9, ["gpu_samples", "gpu", LAST_ROW], "not a gpu listed"),
+        (["gpu_samples", "up"], [True], ["gpu_samples", "up"], "booleans"),
+        (["port_samples", "values", "xmit_bytes", 0], -1, ["port_samples", "values", "xmit_bytes", 0], "out of range"),
+        (["gpus", 0, "uuid"], 12, ["gpus", 0, "uuid"], "string"),
+    ],
+)
+def test_bad_field_gets_422_naming_it_and_nothing_is_written(
+    collector: RunningCollector, path: list[Any], value: Any, expected_loc: list[Any], expected_msg: str
+) -> None:
+    response = post(collector, corrupt(path, value))
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == expected_loc
+    assert expected_msg in problem["msg"]
+    assert stored(collector) == NOTHING
+
+
+def test_short_column_is_rejected(collector: RunningCollector) -> None:
+    batch = make_batch()
+    batch["gpu_samples"]["values"]["power_w"].pop()
+    response = post(collector, batch)
+    assert response.status_code == 422
+    assert "expected 40" in response.json()["detail"][0]["msg"]
+    assert stored(collector) == NOTHING
+
+
+def test_duplicate_rows_inside_a_batch_are_rejected(collector: RunningCollector) -> None:
+    batch = make_batch()
+    samples = batch["gpu_samples"]
+    samples["ts"][1] = samples["ts"][0]
+    samples["gpu"][1] = samples["gpu"][0]
+    response = post(collector, batch)
+    assert response.status_code == 422 and "duplicate" in response.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (b"{not json", 400, "invalid JSON"),
+        (b'{"x": NaN}', 400, "NaN is not allowed"),
+        (b"[1, 2]", 422, "JSON object"),
+        (b"\xff\xfe", 400, "UTF-8"),
+    ],
+)
+def test_malformed_body_gets_4xx_with_a_message(
+    collector: RunningCollector, body: bytes, status: int, needle: str
+) -> None:
+    response = post(collector, body)
+    assert response.status_code == status
+    assert needle in json.dumps(response.json())
+    assert stored(collector) == NOTHING
+
+
+def test_nan_in_values_is_rejected(collector: RunningCollector) -> None:
+    text = json.dumps(make_batch())
+    text = text.replace('"power_w": [', '"power_w": [NaN, ', 1)
+    response = post(collector, text.encode())
+    assert response.status_code == 400 and "NaN" in response.text
+
+
+def test_oversized_body_gets_413(collector: RunningCollector) -> None:
+    response = post(collector, b" " * (33 * 2**20))
+    assert response.status_code == 413
+
+
+def test_gzip_bomb_gets_413(collector: RunningCollector) -> None:
+    bomb = gzip.compress(b" " * (300 * 2**20))
+    response = post(collector, bomb, **{"Content-Encoding": "gzip"})
+    assert response.status_code == 413
+
+
+def test_unknown_metric_is_ignored_and_reported(collector: RunningCollector) -> None:
+    """A newer exporter's extra metric must not cost the batch: stored, and the key is named."""
+    batch = make_batch()
+    batch["gpu_samples"]["values"]["quantum_flux"] = [1.0] * 40
+    response = post(collector, batch)
+    assert response.status_code == 200
+    assert response.json()["ignored_fields"] == ["quantum_flux"]
+
+
+def test_absent_values_are_stored_as_null(collector: RunningCollector) -> None:
+    batch = make_batch(seconds=1)
+    batch["gpu_samples"]["values"]["mem_temp_c"] = [None] * 8
+    del batch["gpu_samples"]["values"]["ecc_corrected"]
+    assert post(collector, batch).status_code == 200
+    import psycopg
+
+    with psycopg.connect(collector.dsn) as conn:
+        row = conn.execute("SELECT count(mem_temp_c), count(ecc_corrected), count(temp_c) FROM gpu_sample").fetchone()
+    assert row == (0, 0, 8)
+
+
+def test_collector_health_and_own_metrics(collector: RunningCollector) -> None:
+    assert httpx.get(f"{collector.url}/healthz").json() == {"status": "ok"}
+    post(collector, make_batch())
+    post(collector, make_batch(), token=None)
+    text = httpx.get(f"{collector.url}/metrics").text
+    assert 'gpuscope_collector_batches_total{result="stored"} 1.0' in text
+    assert 'gpuscope_collector_batches_total{result="unauthorized"} 1.0' in text
+    assert 'gpuscope_collector_rows_total{kind="gpu"} 40.0' in text
+
+
+def test_openapi_documents_the_ingest_route(collector: RunningCollector) -> None:
+    spec = httpx.get(f"{collector.url}/openapi.json").json()
+    assert "/api/v1/samples" in spec["paths"]
+    assert "422" in spec["paths"]["/api/v1/samples"]["post"]["responses"]
+    assert copy.deepcopy(spec)  # well-formed JSON object
+
+
+def test_failure_mid_batch_rolls_back_everything(collector: RunningCollector) -> None:
+    """The database refuses the port rows, written last: the GPU rows and inventory must go too."""
+    import psycopg
+
+    with psycopg.connect(collector.dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION 'disk on fire'; END $$"
+        )
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON ib_port_sample FOR EACH ROW EXECUTE FUNCTION refuse()")
+    batch = make_batch()
+    response = post(collector, batch)
+    assert response.status_code == 500
+    assert "nothing was stored" in response.json()["detail"]
+    assert stored(collector) == NOTHING
+    with psycopg.connect(collector.dsn, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER refuse ON ib_port_sample")
+    assert post(collector, batch).json()["duplicate"] is False, "the retry is stored, not taken for a duplicate"
+    assert count_rows(collector.dsn, "gpu_sample") == 40

@@ -1,0 +1,77 @@
+"""Shared fixtures: one real PostgreSQL server for the session, a fresh database per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from collector.auth import TokenAuth
+from collector.embedded_pg import EmbeddedPostgres, PostgresNotFound, find_pg_bin
+from collector.main import create_app
+from collector.service import BackgroundServer
+from collector.store.migrate import migrate
+
+# Durability is not under test here; these make CREATE DATABASE and commits cheap.
+FAST_UNSAFE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+_database_numbers = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[EmbeddedPostgres]:
+    try:
+        find_pg_bin()
+    except PostgresNotFound as exc:
+        # Never skip: the suite is about a real database (and CI=true must fail loudly anyway).
+        pytest.exit(f"PostgreSQL is required for the tests: {exc}", returncode=3)
+    # Not pytest's tmp_path: its parents are private to us, and as root the server runs as 'postgres'.
+    data_dir = Path(tempfile.mkdtemp(prefix="gpuscope-test-pg-"))
+    server = EmbeddedPostgres(data_dir, settings=FAST_UNSAFE)
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def dsn(postgres: EmbeddedPostgres) -> str:
+    """A new, empty database with the schema applied."""
+    name = f"test_{os.getpid()}_{next(_database_numbers)}"
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    database_dsn = postgres.dsn.rsplit("/", 1)[0] + "/" + name
+    migrate(database_dsn)
+    return database_dsn
+
+
+@dataclass(frozen=True)
+class RunningCollector:
+    url: str
+    token: str
+    dsn: str
+
+
+@pytest.fixture
+def collector(dsn: str) -> Iterator[RunningCollector]:
+    """A real collector (uvicorn on 127.0.0.1, ephemeral port) over a fresh database."""
+    token = secrets.token_urlsafe(24)
+    server = BackgroundServer(create_app(dsn, TokenAuth([token])), "127.0.0.1", 0)
+    server.start()
+    yield RunningCollector(url=f"http://127.0.0.1:{server.port}", token=token, dsn=dsn)
+    server.stop()
+
+
+def count_rows(dsn: str, table: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()
+        assert row is not None
+        return int(row[0])

@@ -1,0 +1,79 @@
+"""The pusher against a real collector: retries keep data, a retried batch is stored once."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+
+from collector.auth import TokenAuth
+from collector.main import create_app
+from collector.service import BackgroundServer
+from exporter.pusher import Pusher
+from exporter.sim import JobSchedule, SimNodeSource, build_topology
+from exporter.snapshot import Snapshot
+from exporter.wire import Origin
+from tests.conftest import RunningCollector, count_rows
+
+
+def snapshots(count: int) -> list[Snapshot]:
+    topology = build_topology(1, 8, 1, cluster="test")
+    source = SimNodeSource(topology[0], JobSchedule(topology, 2), 2)
+    now = time.time() - count
+    out = []
+    for i in range(count):
+        gpus, ports = source.read(now + i)
+        out.append(Snapshot(ts=now + i, gpus=gpus, ports=ports))
+    return out
+
+
+def origin() -> Origin:
+    return Origin("test", "rack-00", "node-000", "sim", str(uuid.uuid4()))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_collector_away_then_back_loses_nothing(dsn: str) -> None:
+    port = free_port()
+    token = "t" * 32
+    pusher = Pusher(f"http://127.0.0.1:{port}", token, origin(), max_snapshots_per_batch=4)
+    for snap in snapshots(10):
+        pusher.enqueue(snap)
+    assert pusher.push_once() is False, "nothing listens yet: the batch must be kept for a retry"
+    assert pusher.pending() == 10 and pusher.stats.failures == 1
+
+    server = BackgroundServer(create_app(dsn, TokenAuth([token])), "127.0.0.1", port)
+    server.start()
+    try:
+        assert pusher.flush(time.monotonic() + 10)
+    finally:
+        pusher.close()
+        server.stop()
+    assert pusher.stats.snapshots_sent == 10 and pusher.stats.batches_sent == 3
+    assert count_rows(dsn, "gpu_sample") == 80
+
+
+def test_wrong_token_is_retried_not_dropped(collector: RunningCollector) -> None:
+    pusher = Pusher(collector.url, "wrong" * 8, origin())
+    pusher.enqueue(snapshots(1)[0])
+    assert pusher.push_once() is False
+    assert pusher.pending() == 1 and pusher.stats.batches_rejected == 0
+    pusher.close()
+
+
+def test_queue_is_bounded_and_counts_what_it_drops() -> None:
+    pusher = Pusher("http://127.0.0.1:9", "t" * 32, origin(), queue_limit=5)
+    for snap in snapshots(8):
+        pusher.enqueue(snap)
+    assert pusher.pending() == 5 and pusher.stats.snapshots_dropped == 3
+
+
+def test_rejects_a_bad_url() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="push URL"):
+        Pusher("collector:9410", "t" * 32, origin())

@@ -1,0 +1,93 @@
+"""The `gpuscope` command line: the sim exporter end to end, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import RunningCollector, count_rows
+
+GPUSCOPE = [sys.executable, "-m", "gpuscope.cli"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GPUSCOPE, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_sim_exporter_serves_metrics_and_pushes(collector: RunningCollector, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(collector.token + "\n")
+    token_file.chmod(0o600)
+    exporter = subprocess.Popen(
+        [
+            *GPUSCOPE,
+            "exporter",
+            "--backend",
+            "sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--push",
+            collector.url,
+            "--token-file",
+            str(token_file),
+            "--interval",
+            "0.2",
+            "--node",
+            "cli-node",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert exporter.stderr is not None
+        line = ""
+        for line in exporter.stderr:
+            if "serving http://" in line:
+                break
+        url = re.search(r"(http://127\.0\.0\.1:\d+/metrics)", line).group(1)  # type: ignore[union-attr]
+        assert "gpuscope_gpu_power_watts" in httpx.get(url, timeout=5).text
+        deadline = time.monotonic() + 15
+        while count_rows(collector.dsn, "gpu_sample") < 16 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        exporter.send_signal(signal.SIGTERM)
+        exporter.wait(30)
+    assert exporter.returncode == 0
+    assert count_rows(collector.dsn, "gpu_sample") >= 16
+    assert collector.token not in (exporter.stderr.read() if exporter.stderr else "")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["exporter", "--backend", "nvml", "--listen", "127.0.0.1:0"], "use --backend sim"),
+        (["exporter", "--backend", "sim", "--push", "http://127.0.0.1:9"], "--token-file"),
+        (["exporter", "--backend", "sim", "--listen", "nonsense"], "HOST:PORT"),
+        (
+            ["exporter", "--backend", "sim", "--push", "http://127.0.0.1:9", "--token-file", "/nonexistent"],
+            "cannot read",
+        ),
+        (["demo", "--nodes", "0"], "must be >= 1"),
+        (["demo", "--dashboard-port", "70000"], "TCP port"),
+        (["exporter", "--interval", "-1"], "must be > 0"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(args: list[str], needle: str) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_the_commands() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("demo", "exporter", "collector", "dashboard"):
+        assert command in result.stdout
