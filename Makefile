@@ -14,6 +14,8 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@$(BIN)/python -m gpuscope.preflight postgres
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -54,7 +55,7 @@ def find_pg_bin(debian_root: str = "/usr/lib/postgresql") -> Path:
     debian = sorted(glob.glob(f"{debian_root}/*/bin"), key=lambda p: _version_key(Path(p).parent.name))
     candidates.extend(Path(p) for p in reversed(debian))
     with contextlib.suppress(ImportError):
-        import pgserver  # type: ignore[import-not-found]
+        import pgserver
 
         candidates.append(Path(pgserver.__file__).parent / "pginstall" / "bin")
     for directory in candidates:
@@ -192,7 +193,7 @@ class EmbeddedPostgres:
                 "choose a data directory that user can enter (for example --data-dir /var/lib/gpuscope)."
             )
 
-    def _as_server_user(self) -> dict[str, object]:
+    def _as_server_user(self) -> dict[str, Any]:
         if self._user is None:
             return {}
         return {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}

@@ -15,7 +15,7 @@ REFRESH_MS = 5000
 
 
 def create_app(pool: ConnectionPool[Any]) -> Dash:
-    app = Dash(__name__, title="gpuscope", update_title=None)
+    app = Dash(__name__, title="gpuscope", update_title="")
     app.layout = html.Div(
         [
             html.H2("gpuscope: cluster overview"),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import plotly.graph_objects as go
 
 from collector.query import Heatmap, RackPower
+from collector.query.arrays import nan_to_none
 
 METRIC_TITLES = {"util_pct": "GPU utilisation (%)", "power_w": "Power (W)", "temp_c": "Temperature (°C)"}
 
@@ -16,7 +16,7 @@ def heatmap_figure(data: Heatmap, revision: str) -> go.Figure:
     percent = data.metric.endswith("_pct")
     figure = go.Figure(
         go.Heatmap(
-            z=np.where(np.isnan(data.values), None, data.values).tolist(),
+            z=nan_to_none(data.values),
             x=data.times,
             y=labels,
             zmin=0 if percent else None,
@@ -44,7 +44,7 @@ def rack_power_figure(data: RackPower, revision: str) -> go.Figure:
         [
             go.Scatter(
                 x=data.times,
-                y=np.where(np.isnan(watts), None, watts / 1000.0).tolist(),
+                y=nan_to_none(watts / 1000.0),
                 name=rack,
                 mode="lines",
                 hovertemplate=f"{rack}<br>%{{x}}<br>%{{y:.1f}} kW<extra></extra>",

@@ -42,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--dashboard-port", type=_port, default=8050)
     demo.add_argument("--collector-port", type=_port, default=9410)
     demo.add_argument("--interval", type=_positive_float, default=1.0, help="sampling interval in seconds")
-    demo.add_argument("--backfill-minutes", type=float, default=30.0, help="simulated history to load first")
+    demo.add_argument(
+        "--backfill-minutes", type=_non_negative_float, default=60.0, help="simulated history to load first"
+    )
     demo.add_argument("--data-dir", type=Path, help="keep the database here (default: temporary)")
     demo.set_defaults(run=_run_demo)
 
@@ -140,6 +142,13 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 

@@ -40,7 +40,7 @@ class DemoOptions:
     dashboard_port: int = 8050
     collector_port: int = 9410
     interval: float = 1.0
-    backfill_minutes: float = 30.0
+    backfill_minutes: float = 60.0
     data_dir: Path | None = None  # None: a temporary directory, removed at exit
 
 
@@ -99,7 +99,7 @@ def _simulated_exporters(options: DemoOptions, push_url: str, token: str) -> lis
     ]
 
 
-def _backfill(exporters: list[NodeExporter], minutes: float, step: float = 10.0) -> None:
+def _backfill(exporters: list[NodeExporter], minutes: float, step: float = 15.0) -> None:
     """Simulated history, so the first page already shows jobs coming and going."""
     if minutes <= 0:
         return

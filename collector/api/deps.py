@@ -11,15 +11,15 @@ from collector.ingest.state import IngestState
 
 
 def get_ingest_pool(request: Request) -> AsyncConnectionPool:
-    return request.app.state.ingest_pool  # type: ignore[no-any-return]
+    return request.app.state.ingest_pool
 
 
 def get_read_pool(request: Request) -> ConnectionPool[Any]:
-    return request.app.state.read_pool  # type: ignore[no-any-return]
+    return request.app.state.read_pool
 
 
 def get_ingest_state(request: Request) -> IngestState:
-    return request.app.state.ingest  # type: ignore[no-any-return]
+    return request.app.state.ingest
 
 
 IngestPoolDep = Annotated[AsyncConnectionPool, Depends(get_ingest_pool)]

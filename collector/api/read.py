@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -11,6 +10,7 @@ from pydantic import BaseModel
 
 from collector import query
 from collector.api.deps import ReadPoolDep
+from collector.query.arrays import nan_to_none
 from collector.store.columns import GPU_METRIC_KEYS
 
 router = APIRouter(prefix="/api/v1", tags=["read"])
@@ -52,7 +52,7 @@ def get_heatmap(
             {"cluster": r.cluster, "rack": r.rack, "node": r.node, "gpu": r.gpu_index, "uuid": r.uuid}
             for r in result.rows
         ],
-        values=_nulls(result.values.tolist()),
+        values=nan_to_none(result.values),
     )
 
 
@@ -62,10 +62,4 @@ def get_rack_power(pool: ReadPoolDep, minutes: MinutesParam = 60, bucket_seconds
     bucket = bucket_seconds or query.bucket_for(time_range)
     with pool.connection() as conn:
         result = query.rack_power(conn, time_range, bucket)
-    return RackPowerOut(
-        bucket_seconds=bucket, times=result.times, racks=result.racks, watts=_nulls(result.watts.tolist())
-    )
-
-
-def _nulls(matrix: list[list[float]]) -> list[list[float | None]]:
-    return [[None if math.isnan(v) else v for v in row] for row in matrix]
+    return RackPowerOut(bucket_seconds=bucket, times=result.times, racks=result.racks, watts=nan_to_none(result.watts))

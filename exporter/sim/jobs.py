@@ -57,7 +57,7 @@ class JobSchedule:
 
     def jobs_between(self, start: float, end: float) -> list[JobRun]:
         """Every job that overlaps [start, end), in start order."""
-        found = []
+        found: list[JobRun] = []
         for group in range(len(self._groups)):
             for epoch in range(int(start // EPOCH_SECONDS), int(end // EPOCH_SECONDS) + 1):
                 found.extend(j for j in self._jobs(group, epoch) if j.start < end and j.end > start)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -66,7 +68,7 @@ def test_jobs_span_several_nodes_and_leave_idle_gaps() -> None:
     by_nodes: dict[tuple[int, ...], list] = {}
     for job in jobs:
         by_nodes.setdefault(job.nodes, []).append(job)
-    gaps = [b.start - a.end for runs in by_nodes.values() for a, b in zip(runs, runs[1:], strict=False)]
+    gaps = [b.start - a.end for runs in by_nodes.values() for a, b in itertools.pairwise(runs)]
     assert gaps and min(gaps) > 0, "consecutive jobs on the same nodes must not overlap"
 
 
