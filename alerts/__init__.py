@@ -1,0 +1,1 @@
+"""Alert rules over SQL, Alertmanager-style routing, and delivery to chat webhooks (not built yet)."""
