@@ -8,7 +8,7 @@ from functools import cache
 from importlib import resources
 from typing import Literal
 
-Scope = Literal["gpu", "ib"]
+Scope = Literal["gpu", "nvlink", "ib"]
 
 
 @dataclass(frozen=True)

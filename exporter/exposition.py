@@ -11,6 +11,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from exporter.catalog import MetricSpec, metrics_for
+from exporter.dcgm_compat import dcgm_families
 from exporter.snapshot import Snapshot
 
 # Where the latest snapshot is read from: the sampler's attribute, or a fixed one in tests.
@@ -29,11 +30,17 @@ class ExporterIdentity:
 class SnapshotCollector(Collector):
     """Turns the latest snapshot into metric families (one per catalog entry with any value)."""
 
-    def __init__(self, identity: ExporterIdentity, latest: LatestSnapshot) -> None:
+    def __init__(self, identity: ExporterIdentity, latest: LatestSnapshot, dcgm_compat: bool = False) -> None:
         self._identity = identity
         self._latest = latest
+        self._dcgm_compat = dcgm_compat
 
     def collect(self) -> Iterable[Metric]:
+        if self._dcgm_compat:
+            snapshot = self._latest()
+            if snapshot is not None:
+                yield from dcgm_families(snapshot, hostname=self._identity.node)
+            return
         info = GaugeMetricFamily(
             "gpuscope_exporter_info", "Exporter identity", labels=["cluster", "rack", "node", "backend", "version"]
         )
@@ -52,6 +59,8 @@ class SnapshotCollector(Collector):
             value=snapshot.sample_seconds,
         )
         yield from _gpu_families(snapshot)
+        yield from _link_families(snapshot)
+        yield from _xid_family(snapshot)
         yield from _port_families(snapshot)
 
 
@@ -81,6 +90,30 @@ def _gpu_families(snapshot: Snapshot) -> Iterable[Metric]:
             yield family
 
 
+def _link_families(snapshot: Snapshot) -> Iterable[Metric]:
+    for spec in metrics_for("nvlink"):
+        family = _family(spec, ["gpu", "uuid", "link"])
+        for reading in snapshot.gpus:
+            for link, values in reading.links.items():
+                value = values.get(spec.key)
+                if value is not None:
+                    family.add_metric([str(reading.gpu.index), reading.gpu.uuid, str(link)], value * spec.prom_scale)
+        if family.samples:
+            yield family
+
+
+def _xid_family(snapshot: Snapshot) -> Iterable[Metric]:
+    family = CounterMetricFamily(
+        "gpuscope_gpu_xid_errors", "XID errors reported by the driver since the exporter started, by code",
+        labels=["gpu", "uuid", "xid"],
+    )
+    for reading in snapshot.gpus:
+        for xid, count in sorted(reading.xid_counts.items()):
+            family.add_metric([str(reading.gpu.index), reading.gpu.uuid, str(xid)], count)
+    if family.samples:
+        yield family
+
+
 def _port_families(snapshot: Snapshot) -> Iterable[Metric]:
     for spec in metrics_for("ib"):
         family = _family(spec, ["device", "port"])
@@ -95,10 +128,10 @@ def _port_families(snapshot: Snapshot) -> Iterable[Metric]:
 class Exposition:
     """Serves rendered bytes, rendering each snapshot at most once per format."""
 
-    def __init__(self, identity: ExporterIdentity, latest: LatestSnapshot) -> None:
+    def __init__(self, identity: ExporterIdentity, latest: LatestSnapshot, dcgm_compat: bool = False) -> None:
         self._latest = latest
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(SnapshotCollector(identity, latest))
+        self._registry.register(SnapshotCollector(identity, latest, dcgm_compat))
         self._cache: dict[str, tuple[object, bytes]] = {}
         self._lock = threading.Lock()
 

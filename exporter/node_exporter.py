@@ -29,6 +29,7 @@ class ExporterConfig:
     listen: str | None = None  # None: no HTTP endpoint (the demo runs many exporters in one process)
     push_url: str | None = None
     token: str | None = None
+    dcgm_compat: bool = False
 
 
 class NodeExporter:
@@ -48,7 +49,7 @@ class NodeExporter:
         )
         self.sampler = Sampler(source, config.interval, subscribers=(self.pusher.enqueue,) if self.pusher else ())
         identity = ExporterIdentity(config.cluster, config.rack, config.node, source.name, VERSION)
-        self.exposition = Exposition(identity, lambda: self.sampler.latest)
+        self.exposition = Exposition(identity, lambda: self.sampler.latest, config.dcgm_compat)
         self._server = (
             make_server(
                 config.listen,

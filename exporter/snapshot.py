@@ -26,6 +26,8 @@ class GpuReading:
     # Catalog key -> value in the catalog's native unit. A field the device does not
     # support is absent, never 0 or NaN.
     values: dict[str, float] = field(default_factory=dict)
+    links: dict[int, dict[str, float]] = field(default_factory=dict)  # NVLink/XGMI link -> "nvlink" metrics
+    xid_counts: dict[int, int] = field(default_factory=dict)  # XID code -> events since the exporter started
 
 
 @dataclass(frozen=True)

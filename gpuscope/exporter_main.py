@@ -10,7 +10,8 @@ from types import FrameType
 
 from exporter.node_exporter import ExporterConfig, NodeExporter
 from exporter.sim import JobSchedule, NodeSpec, SimNodeSource
-from exporter.sources.base import Source
+from exporter.sources.base import BackendUnavailable, Source
+from exporter.sources.select import open_source
 from gpuscope.tokens import read_token_file
 
 log = logging.getLogger("gpuscope.exporter")
@@ -21,10 +22,10 @@ def make_source(args: argparse.Namespace) -> Source:
     if args.backend == "sim":
         node = NodeSpec(args.cluster, args.rack, args.node, index=0, gpus=args.sim_gpus, ib_ports=SIM_IB_PORTS)
         return SimNodeSource(node, JobSchedule((node,), args.sim_seed), args.sim_seed)
-    raise RuntimeError(
-        f"--backend {args.backend} is not available in this build yet (NVML, AMD SMI and InfiniBand "
-        "sources are being added); use --backend sim"
-    )
+    try:
+        return open_source(args.backend, ib_root=args.ib_root)
+    except BackendUnavailable as exc:
+        raise RuntimeError(f"--backend {args.backend}: {exc}") from None
 
 
 def run_exporter(args: argparse.Namespace) -> None:
@@ -40,6 +41,7 @@ def run_exporter(args: argparse.Namespace) -> None:
         listen=args.listen,
         push_url=args.push,
         token=token,
+        dcgm_compat=args.dcgm_compat,
     )
     exporter = NodeExporter(source, config)
     stop = threading.Event()

@@ -75,3 +75,13 @@ def count_rows(dsn: str, table: str) -> int:
         row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()
         assert row is not None
         return int(row[0])
+
+
+def require_tool(name: str) -> str:
+    """Path of a command-line tool; skip when absent locally, fail when absent in CI (CI=true)."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{name} is required in CI but not installed (.ci/run must install it)")
+        pytest.skip(f"{name} not installed")
+    return path

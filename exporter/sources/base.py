@@ -7,6 +7,10 @@ from typing import Protocol
 from exporter.snapshot import GpuReading, PortReading
 
 
+class BackendUnavailable(RuntimeError):
+    """The library or driver a backend needs is missing; the message says what to install."""
+
+
 class Source(Protocol):
     name: str
 
