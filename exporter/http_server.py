@@ -18,6 +18,7 @@ Health = Callable[[], tuple[bool, dict[str, object]]]
 def make_server(listen: str, exposition: Exposition, health: Health) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpuscope-exporter"
+        protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection between scrapes
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]

@@ -74,7 +74,19 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--listen", default="127.0.0.1:8050", help="HOST:PORT (default 127.0.0.1:8050)")
     dashboard.add_argument("--db", required=True, help="PostgreSQL DSN of the collector's database")
     dashboard.set_defaults(run=_run_dashboard)
+    bench = commands.add_parser("bench", help="measure against the targets in DESIGN.md")
+    bench.add_argument("target", choices=["exporter"], help="what to measure")
+    bench.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
+    bench.set_defaults(run=_run_bench)
     return parser
+
+
+def _run_bench(args: argparse.Namespace) -> None:
+    from gpuscope.bench import exporter
+    from gpuscope.bench.report import emit
+
+    logging.getLogger().setLevel(logging.WARNING)
+    emit(args.target, exporter.run(), args.json)
 
 
 def _run_demo(args: argparse.Namespace) -> None:

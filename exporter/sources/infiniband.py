@@ -49,6 +49,7 @@ class InfinibandSource:
         if not root.is_dir():
             raise BackendUnavailable(f"no InfiniBand devices: {root} does not exist")
         self._log_once = LogOnce(log)
+        self._fds: dict[str, int] = {}
         self._ports = tuple(self._discover(root))
 
     @property
@@ -62,7 +63,8 @@ class InfinibandSource:
         return tuple(self._read_port(port) for port in self._ports)
 
     def close(self) -> None:
-        pass
+        for path in list(self._fds):
+            self._forget(path)
 
     def _discover(self, root: Path) -> list[_Port]:
         ports = []
@@ -104,12 +106,19 @@ class InfinibandSource:
         return PortReading(port=port.identity, values=values)
 
     def _read(self, path: str) -> str | None:
+        """The file's current text. Files stay open: a sysfs attribute read again from offset 0 is
+        generated afresh, so one pread per value replaces open, read and close."""
         try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                return os.read(fd, 128).decode("ascii", "replace").strip()
-            finally:
-                os.close(fd)
+            fd = self._fds.get(path)
+            if fd is None:
+                fd = self._fds[path] = os.open(path, os.O_RDONLY)
+            return os.pread(fd, 128, 0).decode("ascii", "replace").strip()
         except OSError as exc:
+            self._forget(path)
             self._log_once(path, logging.WARNING, "cannot read %s: %s", path, exc.strerror)
             return None
+
+    def _forget(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)

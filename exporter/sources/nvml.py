@@ -9,6 +9,7 @@ XID errors arrive through NVML events on a thread of their own and are counted p
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import threading
@@ -18,10 +19,15 @@ from types import ModuleType
 from typing import Any
 
 from exporter.snapshot import GpuIdentity, GpuReading, PortReading
+from exporter.sources import nvml_fields
 from exporter.sources.base import BackendUnavailable
 from exporter.sources.errors import LogOnce
 
 log = logging.getLogger(__name__)
+
+# A group of NVML calls fills catalog values and per-link values.
+Links = dict[int, dict[str, float]]
+GroupReader = Callable[[dict[str, float], Links], None]
 
 SLOW_EVERY = 10
 XID_WAIT_MS = 1000
@@ -103,21 +109,33 @@ class _Device:
             pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
         )
         self.link_count = self._link_count()
+        self._requests: list[tuple[int, int]] = [(nvml.NVML_FI_DEV_MEMORY_TEMP, 0)]
+        for link in range(self.link_count):
+            self._requests += [
+                (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link),
+                (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link),
+            ]
         self._gpm_samples: list[Any] = []
         self._gpm_ready = False
         if self._supports_gpm():
             self._gpm_samples = [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()]
+            # One request, reused: the structure holds room for every GPM metric and is costly to build.
+            self._gpm_request = nvml.c_nvmlGpmMetricsGet_t()
+            self._gpm_request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+            self._gpm_request.numMetrics = 2
+            self._gpm_request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
+            self._gpm_request.metrics[1].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
 
     def read(self, slow: bool, xid_counts: dict[int, int]) -> GpuReading:
         values: dict[str, float] = {}
         links: dict[int, dict[str, float]] = defaultdict(dict)
         try:
-            for group, reader in self._fast_groups():
-                self.read_group(group, lambda reader=reader: reader(values, links))
+            for group, reader in self._fast_groups:
+                self.read_group(group, reader, values, links)
             if slow:
                 self._slow_values, self._slow_links = {}, defaultdict(dict)
-                for group, reader in self._slow_groups():
-                    self.read_group(group, lambda reader=reader: reader(self._slow_values, self._slow_links))
+                for group, reader in self._slow_groups:
+                    self.read_group(group, reader, self._slow_values, self._slow_links)
         except self._nvml.NVMLError_GpuIsLost:
             if not self.lost:
                 log.error("GPU %d (%s) fell off the bus; reporting it down", self.index, self.identity.uuid)
@@ -132,13 +150,13 @@ class _Device:
             links[link].update(link_values)
         return GpuReading(gpu=self.identity, up=True, values=values, links=dict(links), xid_counts=dict(xid_counts))
 
-    def read_group(self, group: str, read: Callable[[], None]) -> None:
+    def read_group(self, group: str, reader: GroupReader, values: dict[str, float], links: Links) -> None:
         """Run one group of NVML calls, turning 'not supported' into absent values."""
         if group in self.unsupported:
             return
         nvml = self._nvml
         try:
-            read()
+            reader(values, links)
         except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
             self.unsupported.add(group)
             log.info(
@@ -161,7 +179,8 @@ class _Device:
 
     # --- groups of calls; each fills `values` (catalog key -> native unit) and `links` ---
 
-    def _fast_groups(self) -> list[tuple[str, Callable[[dict[str, float], dict[int, dict[str, float]]], None]]]:
+    @functools.cached_property
+    def _fast_groups(self) -> list[tuple[str, GroupReader]]:
         return [
             ("utilization", self._utilization),
             ("memory", self._memory),
@@ -175,7 +194,8 @@ class _Device:
             ("gpm", self._gpm),
         ]
 
-    def _slow_groups(self) -> list[tuple[str, Callable[[dict[str, float], dict[int, dict[str, float]]], None]]]:
+    @functools.cached_property
+    def _slow_groups(self) -> list[tuple[str, GroupReader]]:
         return [
             ("power_limit", self._power_limit),
             ("violation", self._violation),
@@ -222,27 +242,24 @@ class _Device:
     def _fields(self, values: dict[str, float], links: dict[int, dict[str, float]]) -> None:
         """Memory temperature and per-link NVLink throughput in one call; each field has its own status."""
         nvml = self._nvml
-        requests: list[Any] = [(nvml.NVML_FI_DEV_MEMORY_TEMP, 0)]
-        for link in range(self.link_count):
-            requests += [
-                (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link),
-                (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link),
-            ]
-        tx_total = rx_total = 0.0
-        for result in nvml.nvmlDeviceGetFieldValues(self.handle, requests):
-            if result.nvmlReturn != nvml.NVML_SUCCESS:
+        field_id, scope, ok, value = nvml_fields.decode(
+            nvml, nvml.nvmlDeviceGetFieldValues(self.handle, self._requests)
+        )
+        tx_id = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+        for fid, link, good, number in zip(field_id.tolist(), scope.tolist(), ok.tolist(), value.tolist(), strict=True):
+            if not good:
                 continue
-            value = _field_value(nvml, result)
-            if result.fieldId == nvml.NVML_FI_DEV_MEMORY_TEMP:
-                values["mem_temp_c"] = value
-            elif result.fieldId == nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
-                links[result.scopeId]["link_tx_bytes"] = value * 1024.0  # KiB
-                tx_total += value * 1024.0
+            if fid == nvml.NVML_FI_DEV_MEMORY_TEMP:
+                values["mem_temp_c"] = number
+            elif fid == tx_id:
+                links[link]["link_tx_bytes"] = number * 1024.0  # KiB
             else:
-                links[result.scopeId]["link_rx_bytes"] = value * 1024.0
-                rx_total += value * 1024.0
+                links[link]["link_rx_bytes"] = number * 1024.0
         if self.link_count:
-            values["nvlink_tx_bytes"], values["nvlink_rx_bytes"] = tx_total, rx_total
+            tx = ok & (field_id == nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX)
+            rx = ok & (field_id == nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+            values["nvlink_tx_bytes"] = float(value[tx].sum()) * 1024.0
+            values["nvlink_rx_bytes"] = float(value[rx].sum()) * 1024.0
 
     def _gpm(self, values: dict[str, float], _: Any) -> None:
         """SM and tensor activity from GPU Performance Monitoring (Hopper+), which needs two samples."""
@@ -252,12 +269,8 @@ class _Device:
         previous, current = self._gpm_samples
         nvml.nvmlGpmSampleGet(self.handle, current)
         if self._gpm_ready:
-            request = nvml.c_nvmlGpmMetricsGet_t()
-            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = 2
+            request = self._gpm_request
             request.sample1, request.sample2 = previous, current
-            request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
-            request.metrics[1].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
             nvml.nvmlGpmMetricsGet(request)
             for metric, key in zip(request.metrics[:2], ("sm_active_pct", "tensor_active_pct"), strict=True):
                 if metric.nvmlReturn == nvml.NVML_SUCCESS:
@@ -317,10 +330,11 @@ class _Device:
     def _link_count(self) -> int:
         nvml = self._nvml
         try:
-            [result] = nvml.nvmlDeviceGetFieldValues(self.handle, [(nvml.NVML_FI_DEV_NVLINK_LINK_COUNT, 0)])
+            results = nvml.nvmlDeviceGetFieldValues(self.handle, [(nvml.NVML_FI_DEV_NVLINK_LINK_COUNT, 0)])
         except nvml.NVMLError:
             return 0
-        return int(_field_value(nvml, result)) if result.nvmlReturn == nvml.NVML_SUCCESS else 0
+        _, _, ok, value = nvml_fields.decode(nvml, results)
+        return int(value[0]) if ok[0] else 0
 
     def _supports_gpm(self) -> bool:
         try:
@@ -378,21 +392,6 @@ class _XidListener:
             log.warning("XID %d on GPU %s", xid, uuid)
             with self._lock:
                 self._counts[uuid][xid] += 1
-
-
-def _field_value(nvml: ModuleType, result: Any) -> float:
-    kind = result.valueType
-    if kind == nvml.NVML_VALUE_TYPE_DOUBLE:
-        return float(result.value.dVal)
-    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return float(result.value.uiVal)
-    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return float(result.value.ulVal)
-    if kind == nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return float(result.value.sllVal)
-    if kind == nvml.NVML_VALUE_TYPE_SIGNED_INT:
-        return float(result.value.siVal)
-    return float(result.value.ullVal)
 
 
 def _text(value: str | bytes) -> str:

@@ -13,7 +13,10 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pynvml as real
+
+from exporter.sources.nvml_fields import field_dtype
 
 GIB = 2**30
 
@@ -217,23 +220,23 @@ def make_fake_pynvml(gpus: list[FakeGpu], *, library: bool = True, driver: bool 
     @api
     def nvmlDeviceGetFieldValues(h: _Handle, field_ids: list[Any]) -> Any:
         values = (real.c_nvmlFieldValue_t * len(field_ids))()
-        for i, requested in enumerate(field_ids):
-            field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
-            values[i].fieldId, values[i].scopeId = field_id, scope
-            values[i].nvmlReturn = real.NVML_SUCCESS
-            if field_id == real.NVML_FI_DEV_MEMORY_TEMP and "memory_temp" not in h.gpu.unsupported:
-                values[i].valueType, values[i].value.uiVal = real.NVML_VALUE_TYPE_UNSIGNED_INT, h.gpu.mem_temp_c
-            elif field_id == real.NVML_FI_DEV_NVLINK_LINK_COUNT and "nvlink" not in h.gpu.unsupported:
-                values[i].valueType, values[i].value.uiVal = real.NVML_VALUE_TYPE_UNSIGNED_INT, h.gpu.nvlinks
-            elif field_id in (
-                real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-                real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-            ) and ("nvlink" not in h.gpu.unsupported and scope < h.gpu.nvlinks):
-                tx = field_id == real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
-                values[i].valueType = real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-                values[i].value.ullVal = (h.gpu.nvlink_tx_kib if tx else h.gpu.nvlink_rx_kib) + scope
-            else:
-                values[i].nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+        view = np.frombuffer(memoryview(values), dtype=field_dtype(real.c_nvmlFieldValue_t))  # fill like C would: raw memory
+        requested = [r if isinstance(r, tuple) else (r, 0) for r in field_ids]
+        ids = np.array([r[0] for r in requested], dtype=np.uint32)
+        scopes = np.array([r[1] for r in requested], dtype=np.uint32)
+        view["fieldId"], view["scopeId"] = ids, scopes
+        view["nvmlReturn"] = real.NVML_ERROR_NOT_SUPPORTED
+        gpu = h.gpu
+        if "memory_temp" not in gpu.unsupported:
+            _set(view, ids == real.NVML_FI_DEV_MEMORY_TEMP, real.NVML_VALUE_TYPE_UNSIGNED_INT, "ui", gpu.mem_temp_c)
+        if "nvlink" not in gpu.unsupported:
+            _set(view, ids == real.NVML_FI_DEV_NVLINK_LINK_COUNT, real.NVML_VALUE_TYPE_UNSIGNED_INT, "ui", gpu.nvlinks)
+            on_link = scopes < gpu.nvlinks
+            for field_id, base in (
+                (real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, gpu.nvlink_tx_kib),
+                (real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, gpu.nvlink_rx_kib),
+            ):
+                _set(view, (ids == field_id) & on_link, real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ull", base + scopes)
         return values
 
     @api
@@ -330,10 +333,16 @@ class _EventData:
     """Shaped like c_nvmlEventData_t; `device` is a handle the other calls accept."""
 
     device: _Handle
-    eventType: int  # noqa: N815 - NVML's field names
-    eventData: int  # noqa: N815
-    gpuInstanceId: int = 0  # noqa: N815
-    computeInstanceId: int = 0  # noqa: N815
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0
+    computeInstanceId: int = 0
+
+
+def _set(view: np.ndarray, where: np.ndarray, value_type: int, member: str, value: Any) -> None:
+    view["valueType"][where] = value_type
+    view[member][where] = value[where] if isinstance(value, np.ndarray) else value
+    view["nvmlReturn"][where] = real.NVML_SUCCESS
 
 
 def _sample_key(sample: Any) -> int:

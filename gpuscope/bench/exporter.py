@@ -1,0 +1,114 @@
+"""Exporter cost: CPU per sampling cycle (8 GPUs through the fake NVML + 8 IB ports from a sysfs tree),
+and /metrics latency over real HTTP from a separate client process, as Prometheus would scrape it.
+
+For the scrape figures the exporter samples every 100 ms (ten times the 1 s the CPU target assumes,
+so sampling overlaps scrapes far more often than in production) and the client waits a little longer
+than that between scrapes, so every scrape renders a snapshot not rendered before: the realistic case,
+as Prometheus scrapes less often than the exporter samples."""
+
+from __future__ import annotations
+
+import http.client
+import multiprocessing
+import statistics
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from exporter.node_exporter import ExporterConfig, NodeExporter
+from exporter.sampler import Sampler
+from exporter.sources.combined import CombinedSource
+from exporter.sources.infiniband import InfinibandSource
+from exporter.sources.nvml import NvmlSource
+from exporter.testing.fake_nvml import h100_node, make_fake_pynvml
+from exporter.testing.fake_sysfs import write_infiniband_tree
+
+GPUS = 8
+PORTS = 8
+
+
+def run(cycles: int = 3000, scrapes: int = 500) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-ib-") as tmp:
+        ib_root = write_infiniband_tree(Path(tmp), devices=PORTS)
+        source = _source(ib_root)
+        try:
+            cycle = _sampling_cost(Sampler(source, interval=1.0), cycles)
+        finally:
+            source.close()
+        scrape = _scrape_latency(ib_root, scrapes)
+    return {"gpus": GPUS, "ports": PORTS, **cycle, **scrape}
+
+
+def _source(ib_root: Path) -> CombinedSource:
+    return CombinedSource(NvmlSource(make_fake_pynvml(h100_node(GPUS)), xid_events=False), InfinibandSource(ib_root))
+
+
+def _sampling_cost(sampler: Sampler, cycles: int) -> dict[str, Any]:
+    for _ in range(50):  # warm caches and the GPM sample pair
+        sampler.sample_once()
+    wall = []
+    cpu_start = time.process_time()
+    for _ in range(cycles):
+        started = time.perf_counter()
+        sampler.sample_once()
+        wall.append(time.perf_counter() - started)
+    cpu_ms = (time.process_time() - cpu_start) * 1000 / cycles
+    return {
+        "cycles": cycles,
+        "cpu_ms_per_cycle": round(cpu_ms, 3),
+        "cycle_wall_ms_p50": round(statistics.median(wall) * 1000, 3),
+        "cycle_wall_ms_p99": round(_p99(wall) * 1000, 3),
+    }
+
+
+def _serve(ib_root: Path, interval: float, ready: Connection) -> None:
+    """The exporter process: a sampling loop and the HTTP server, until terminated."""
+    exporter = NodeExporter(
+        _source(ib_root), ExporterConfig("bench", "r0", "n0", interval=interval, listen="127.0.0.1:0")
+    )
+    exporter.start()
+    while exporter.sampler.latest is None:
+        time.sleep(0.01)
+    ready.send(exporter.address)
+    threading.Event().wait()
+
+
+def _scrape_latency(ib_root: Path, scrapes: int, interval: float = 0.1) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    server = context.Process(target=_serve, args=(ib_root, interval, child), daemon=True)
+    server.start()
+    try:
+        if not parent.poll(60):
+            raise RuntimeError("the exporter process did not start")
+        host, port = parent.recv()
+        connection = http.client.HTTPConnection(host, port, timeout=10)
+        latencies = []
+        size = 0
+        for _ in range(scrapes):
+            time.sleep(interval * 1.1)  # let a new snapshot arrive: each scrape renders afresh
+            started = time.perf_counter()
+            connection.request("GET", "/metrics", headers={"Accept": "text/plain"})
+            response = connection.getresponse()
+            size = len(response.read())
+            latencies.append(time.perf_counter() - started)
+            if response.status != 200:
+                raise RuntimeError(f"/metrics answered {response.status}")
+        connection.close()
+    finally:
+        server.terminate()
+        server.join(10)
+    return {
+        "scrapes": scrapes,
+        "scrape_sampling_interval_s": interval,
+        "scrape_p50_ms": round(statistics.median(latencies) * 1000, 3),
+        "scrape_p99_ms": round(_p99(latencies) * 1000, 3),
+        "metrics_bytes": size,
+    }
+
+
+def _p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98]
