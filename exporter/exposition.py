@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from exporter.catalog import MetricSpec, metrics_for
@@ -106,10 +107,17 @@ def _port_families(snapshot: Snapshot) -> Iterator[Family]:
 class Exposition:
     """Serves rendered bytes, rendering each snapshot at most once per format."""
 
-    def __init__(self, identity: ExporterIdentity, latest: LatestSnapshot, dcgm_compat: bool = False) -> None:
+    def __init__(
+        self,
+        identity: ExporterIdentity,
+        latest: LatestSnapshot,
+        dcgm_compat: bool = False,
+        extra: Callable[[], Iterable[Family]] | None = None,
+    ) -> None:
         self._identity = identity
         self._latest = latest
         self._dcgm_compat = dcgm_compat
+        self._extra = extra  # the exporter's own figures (push queue, spool), rendered with each snapshot
         self._cache: dict[str, tuple[object, bytes]] = {}
         self._lock = threading.Lock()
 
@@ -123,7 +131,7 @@ class Exposition:
             if self._dcgm_compat:
                 found = dcgm_families(snapshot, self._identity.node) if snapshot is not None else iter(())
             else:
-                found = families(snapshot, self._identity)
+                found = itertools.chain(families(snapshot, self._identity), self._extra() if self._extra else ())
             body = render(found, content_type)
             self._cache[content_type] = (snapshot, body)
         return body, content_type

@@ -7,12 +7,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from exporter.exposition import ExporterIdentity, Exposition
 from exporter.http_server import make_server, snapshot_health
 from exporter.pusher import Pusher
 from exporter.sampler import Sampler
 from exporter.sources.base import Source
+from exporter.spool import Spool
 from exporter.wire import Origin
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,9 @@ class ExporterConfig:
     push_url: str | None = None
     token: str | None = None
     dcgm_compat: bool = False
+    spool_dir: Path | None = None  # where unsent batches wait while the collector is away
+    spool_max_bytes: int = 1 << 30
+    max_snapshots_per_batch: int = 60
 
 
 class NodeExporter:
@@ -43,13 +48,17 @@ class NodeExporter:
                 config.push_url,
                 config.token or "",
                 Origin(config.cluster, config.rack, config.node, source.name, exporter_id=str(uuid.uuid4())),
+                max_snapshots_per_batch=config.max_snapshots_per_batch,
+                spool=Spool(config.spool_dir, config.spool_max_bytes) if config.spool_dir else None,
             )
             if config.push_url
             else None
         )
         self.sampler = Sampler(source, config.interval, subscribers=(self.pusher.enqueue,) if self.pusher else ())
         identity = ExporterIdentity(config.cluster, config.rack, config.node, source.name, VERSION)
-        self.exposition = Exposition(identity, lambda: self.sampler.latest, config.dcgm_compat)
+        self.exposition = Exposition(
+            identity, lambda: self.sampler.latest, config.dcgm_compat, self.pusher.families if self.pusher else None
+        )
         self._server = (
             make_server(
                 config.listen,
@@ -86,7 +95,13 @@ class NodeExporter:
             thread.join(timeout=flush_seconds)
         if self.pusher is not None:
             if not self.pusher.flush(time.monotonic() + flush_seconds):
-                log.warning("%s: %d samples not delivered at shutdown", self.config.node, self.pusher.pending())
+                lost = self.pusher.spill()
+                if lost:
+                    log.warning("%s: %d snapshots not delivered at shutdown (no --spool-dir)", self.config.node, lost)
+                else:
+                    log.info(
+                        "%s: unsent batches kept in %s for the next start", self.config.node, self.config.spool_dir
+                    )
             self.pusher.close()
         self.source.close()
 

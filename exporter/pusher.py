@@ -1,8 +1,10 @@
 """Sends snapshots to the collector in batches, retrying a batch under the same sequence number.
 
 A retried batch keeps its (exporter_id, seq), so the collector stores it once however often it
-arrives. Until spooling to disk lands, the queue is bounded in memory: when the collector is away
-longer than the queue covers, the oldest snapshots are dropped and counted.
+arrives. Snapshots wait in a bounded in-memory queue; while the collector is unreachable (network
+errors, 5xx, 429, 401) full batches move to the on-disk spool, and at shutdown everything unsent is
+spooled, to be replayed first, in order, once the collector answers. Without a spool, or past the
+spool's cap, the oldest data is dropped and counted.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import time
 import urllib.parse
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 from exporter.snapshot import Snapshot
+from exporter.spool import Spool
+from exporter.textformat import Family
 from exporter.wire import Origin, encode_batch, to_body
 
 log = logging.getLogger(__name__)
@@ -35,9 +40,9 @@ class PushStats:
 
 @dataclass
 class _Batch:
-    seq: int
     body: bytes
-    count: int
+    count: int  # snapshots in it (0 when read back from the spool: not known, not needed)
+    spool_path: Path | None = None
 
 
 class Pusher:
@@ -49,6 +54,7 @@ class Pusher:
         max_snapshots_per_batch: int = 60,
         queue_limit: int = 3600,
         timeout: float = 10.0,
+        spool: Spool | None = None,
     ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -65,6 +71,7 @@ class Pusher:
         self._in_flight: _Batch | None = None
         self._conn: http.client.HTTPConnection | None = None
         self._send_lock = threading.Lock()  # the run loop and a shutdown flush may overlap
+        self.spool = spool
         self.stats = PushStats()
 
     def enqueue(self, snapshot: Snapshot) -> None:
@@ -76,28 +83,53 @@ class Pusher:
             self._cond.notify()
 
     def pending(self) -> int:
+        """Snapshots not yet acknowledged, in memory; spooled batches are counted by the spool."""
         with self._cond:
             return len(self._queue) + (self._in_flight.count if self._in_flight else 0)
 
+    def backlog(self) -> bool:
+        with self._cond:
+            return bool(self._queue or self._in_flight or (self.spool is not None and len(self.spool)))
+
     def run(self, stop: threading.Event) -> None:
         backoff = 0.0
+        retry_at = 0.0
         while not stop.is_set():
-            with self._cond:
-                if self._in_flight is None and not self._queue:
+            if time.monotonic() < retry_at:
+                # Backing off: keep memory bounded by moving full batches to disk meanwhile.
+                with self._send_lock:
+                    self._spill_queue(minimum=self._max_batch)
+                stop.wait(min(0.5, retry_at - time.monotonic()))
+                continue
+            if not self.backlog():
+                with self._cond:
                     self._cond.wait(timeout=0.5)
-                    continue
+                continue
             if self.push_once():
                 backoff = 0.0
             else:
                 backoff = min(60.0, max(1.0, backoff * 2))
-                stop.wait(backoff * random.uniform(0.5, 1.0))  # jitter: don't stampede a recovering collector
+                # Jitter: a recovering collector is not hit by every exporter at the same instant.
+                retry_at = time.monotonic() + backoff * random.uniform(0.5, 1.0)
 
     def flush(self, deadline: float) -> bool:
         """Push everything queued, giving up at `deadline` (time.monotonic()); True when all was sent."""
-        while self.pending() and time.monotonic() < deadline:
+        while self.backlog() and time.monotonic() < deadline:
             if not self.push_once():
                 time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-        return self.pending() == 0
+        return not self.backlog()
+
+    def spill(self) -> int:
+        """Write everything unsent to the spool (at shutdown); returns the snapshots that had nowhere to go."""
+        with self._send_lock:
+            if self.spool is None:
+                return self.pending()
+            with self._cond:
+                in_flight, self._in_flight = self._in_flight, None
+            if in_flight is not None and in_flight.spool_path is None:
+                self.spool.put(in_flight.body)
+            self._spill_queue(minimum=1)
+            return 0
 
     def push_once(self) -> bool:
         """Send the in-flight batch (forming one from the queue if none); True unless it must be retried."""
@@ -114,6 +146,7 @@ class Pusher:
             self.stats.failures += 1
             log.warning("push to %s failed: %s (will retry)", self._parsed.netloc, exc)
             self._close()
+            self._spill_queue(minimum=self._max_batch)
             return False
         if 200 <= status < 300:
             self._done(batch, sent=True)
@@ -122,28 +155,86 @@ class Pusher:
             # Auth problems are retried too: an operator fixing the token must not cost the data.
             self.stats.failures += 1
             log.warning("collector answered %d %s (will retry)", status, reason)
+            self._spill_queue(minimum=self._max_batch)
             return False
         self.stats.batches_rejected += 1
-        log.error("collector rejected batch seq=%d: %d %s (dropped)", batch.seq, status, reason)
+        log.error("collector rejected a batch: %d %s (dropped)", status, reason)
         self._done(batch, sent=False)
         return True
+
+    def families(self) -> list[Family]:
+        """The pusher's own figures, for the exporter's /metrics."""
+        stats = self.stats
+        out = [
+            Family("gpuscope_exporter_push_batches", "counter", "Batches the collector accepted"),
+            Family(
+                "gpuscope_exporter_push_rejected_batches", "counter", "Batches the collector refused for good (4xx)"
+            ),
+            Family("gpuscope_exporter_push_failures", "counter", "Push attempts that failed and will be retried"),
+            Family(
+                "gpuscope_exporter_dropped_snapshots", "counter", "Snapshots dropped because the memory queue was full"
+            ),
+            Family("gpuscope_exporter_queue_snapshots", "gauge", "Snapshots waiting in memory"),
+        ]
+        for family, value in zip(
+            out,
+            (stats.batches_sent, stats.batches_rejected, stats.failures, stats.snapshots_dropped, self.pending()),
+            strict=True,
+        ):
+            family.add("", value)
+        if self.spool is not None:
+            for name, kind, text, value in (
+                ("gpuscope_exporter_spool_batches", "gauge", "Batches waiting in the on-disk spool", len(self.spool)),
+                ("gpuscope_exporter_spool_bytes", "gauge", "Size of the on-disk spool", self.spool.size_bytes),
+                (
+                    "gpuscope_exporter_spool_dropped_batches",
+                    "counter",
+                    "Oldest spooled batches dropped at the size cap",
+                    self.spool.dropped_batches,
+                ),
+            ):
+                family = Family(name, kind, text)
+                family.add("", value)
+                out.append(family)
+        return out
 
     def close(self) -> None:
         with self._send_lock:
             self._close()
 
     def _take_batch(self) -> _Batch | None:
+        """The batch to send: the one in flight, else the oldest spooled, else one from the queue."""
         with self._cond:
+            if self._in_flight is None and self.spool is not None:
+                spooled = self.spool.oldest()
+                if spooled is not None:
+                    self._in_flight = _Batch(body=spooled[1], count=0, spool_path=spooled[0])
             if self._in_flight is None and self._queue:
-                snapshots = [self._queue.popleft() for _ in range(min(self._max_batch, len(self._queue)))]
-                self._seq += 1
-                body = to_body(encode_batch(self._origin, self._seq, snapshots))
-                self._in_flight = _Batch(seq=self._seq, body=body, count=len(snapshots))
+                self._in_flight = self._encode(min(self._max_batch, len(self._queue)))
             return self._in_flight
+
+    def _encode(self, count: int) -> _Batch:
+        """Take `count` snapshots off the queue as one batch with the next sequence number (lock held)."""
+        snapshots = [self._queue.popleft() for _ in range(count)]
+        self._seq += 1
+        return _Batch(body=to_body(encode_batch(self._origin, self._seq, snapshots)), count=count)
+
+    def _spill_queue(self, minimum: int) -> None:
+        """While the collector is away, move queued snapshots to disk in batches of at least `minimum`."""
+        if self.spool is None:
+            return
+        while True:
+            with self._cond:
+                if len(self._queue) < minimum or not self._queue:
+                    return
+                batch = self._encode(min(self._max_batch, len(self._queue)))
+            self.spool.put(batch.body)
 
     def _done(self, batch: _Batch, sent: bool) -> None:
         with self._cond:
             self._in_flight = None
+        if batch.spool_path is not None and self.spool is not None:
+            self.spool.remove(batch.spool_path)
         if sent:
             self.stats.batches_sent += 1
             self.stats.snapshots_sent += batch.count

@@ -42,6 +42,7 @@ def run_exporter(args: argparse.Namespace) -> None:
         push_url=args.push,
         token=token,
         dcgm_compat=args.dcgm_compat,
+        spool_dir=args.spool_dir,
     )
     exporter = NodeExporter(source, config)
     stop = threading.Event()

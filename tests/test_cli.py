@@ -67,7 +67,7 @@ def test_sim_exporter_serves_metrics_and_pushes(collector: RunningCollector, tmp
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["exporter", "--backend", "nvml", "--listen", "127.0.0.1:0"], "use --backend sim"),
+        (["exporter", "--backend", "nvml", "--listen", "127.0.0.1:0"], "NVIDIA driver installed"),
         (["exporter", "--backend", "sim", "--push", "http://127.0.0.1:9"], "--token-file"),
         (["exporter", "--backend", "sim", "--listen", "nonsense"], "HOST:PORT"),
         (

@@ -220,7 +220,9 @@ def make_fake_pynvml(gpus: list[FakeGpu], *, library: bool = True, driver: bool 
     @api
     def nvmlDeviceGetFieldValues(h: _Handle, field_ids: list[Any]) -> Any:
         values = (real.c_nvmlFieldValue_t * len(field_ids))()
-        view = np.frombuffer(memoryview(values), dtype=field_dtype(real.c_nvmlFieldValue_t))  # fill like C would: raw memory
+        view = np.frombuffer(
+            memoryview(values), dtype=field_dtype(real.c_nvmlFieldValue_t)
+        )  # fill like C would: raw memory
         requested = [r if isinstance(r, tuple) else (r, 0) for r in field_ids]
         ids = np.array([r[0] for r in requested], dtype=np.uint32)
         scopes = np.array([r[1] for r in requested], dtype=np.uint32)

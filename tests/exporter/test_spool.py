@@ -1,0 +1,151 @@
+"""Lossless push: a collector that goes away and comes back, an exporter restarted in between."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from collector.auth import TokenAuth
+from collector.main import create_app
+from collector.service import BackgroundServer
+from exporter.node_exporter import ExporterConfig, NodeExporter
+from exporter.pusher import Pusher
+from exporter.sim import JobSchedule, SimNodeSource, build_topology
+from exporter.spool import Spool
+from exporter.wire import Origin
+from tests.conftest import count_rows
+from tests.exporter.test_pusher import snapshots
+
+TOKEN = "s" * 32
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def collector_on(dsn: str, port: int) -> BackgroundServer:
+    server = BackgroundServer(create_app(dsn, TokenAuth([TOKEN])), "127.0.0.1", port)
+    server.start()
+    return server
+
+
+def stored_rows(dsn: str) -> tuple[int, int]:
+    """(rows, distinct (gpu, ts)) in gpu_sample."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*), count(DISTINCT (gpu_id, ts)) FROM gpu_sample").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_collector_outage_during_pushing_loses_and_duplicates_nothing(dsn: str, tmp_path: Path) -> None:
+    port = free_port()
+    collector = collector_on(dsn, port)
+    topology = build_topology(1, 8, 1, cluster="outage")
+    exporter = NodeExporter(
+        SimNodeSource(topology[0], JobSchedule(topology, 3), 3),
+        ExporterConfig(
+            "outage",
+            "rack-00",
+            "node-000",
+            interval=0.05,
+            push_url=f"http://127.0.0.1:{port}",
+            token=TOKEN,
+            spool_dir=tmp_path / "spool",
+            max_snapshots_per_batch=10,
+        ),
+    )
+    exporter.start()
+    try:
+        time.sleep(1.0)
+        collector.stop()  # the collector goes away for a while...
+        time.sleep(2.5)
+        assert exporter.pusher is not None and exporter.pusher.stats.failures > 0
+        assert exporter.pusher.spool is not None and len(exporter.pusher.spool) > 0, "full batches went to disk"
+        collector = collector_on(dsn, port)  # ...and comes back on the same address
+        time.sleep(1.0)
+    finally:
+        exporter.stop(flush_seconds=15)
+        collector.stop()
+    sampled = exporter.sampler.cycles
+    assert stored_rows(dsn) == (sampled * 8, sampled * 8), "every sample stored, exactly once"
+    assert len(exporter.pusher.spool) == 0
+
+
+def test_unsent_batches_survive_an_exporter_restart(dsn: str, tmp_path: Path) -> None:
+    port = free_port()  # nothing listens: the collector is down
+    spool_dir = tmp_path / "spool"
+    first = Pusher(
+        f"http://127.0.0.1:{port}",
+        TOKEN,
+        Origin("r", "rack", "node", "sim", str(uuid.uuid4())),
+        max_snapshots_per_batch=4,
+        spool=Spool(spool_dir),
+    )
+    for snap in snapshots(10):
+        first.enqueue(snap)
+    assert first.push_once() is False
+    assert first.spill() == 0, "with a spool nothing is lost at shutdown"
+    first.close()
+    assert len(list(spool_dir.glob("*.batch"))) == 3
+
+    collector = collector_on(dsn, port)
+    try:
+        second = Pusher(
+            f"http://127.0.0.1:{port}",
+            TOKEN,
+            Origin("r", "rack", "node", "sim", str(uuid.uuid4())),
+            spool=Spool(spool_dir),
+        )
+        assert second.flush(time.monotonic() + 10)
+        second.close()
+    finally:
+        collector.stop()
+    assert stored_rows(dsn) == (80, 80)
+    assert list(spool_dir.iterdir()) == []
+
+
+def test_spool_cap_drops_oldest_and_counts(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=250)
+    for i in range(5):
+        spool.put(bytes([i]) * 100)
+    assert len(spool) == 2 and spool.dropped_batches == 3
+    oldest = spool.oldest()
+    assert oldest is not None and oldest[1] == bytes([3]) * 100, "the newest batches are kept, in order"
+
+
+def test_half_written_batch_from_a_crash_is_discarded(tmp_path: Path) -> None:
+    (tmp_path / "00000000000000000001-000000.tmp").write_bytes(b"partial")
+    (tmp_path / "00000000000000000002-000000.batch").write_bytes(b"whole")
+    spool = Spool(tmp_path)
+    assert len(spool) == 1 and spool.oldest() == (tmp_path / "00000000000000000002-000000.batch", b"whole")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_exporter_metrics_show_the_spool(dsn: str, tmp_path: Path) -> None:
+    topology = build_topology(1, 2, 1)
+    exporter = NodeExporter(
+        SimNodeSource(topology[0], JobSchedule(topology, 3), 3),
+        ExporterConfig(
+            "c",
+            "r",
+            "n",
+            interval=0.05,
+            push_url=f"http://127.0.0.1:{free_port()}",
+            token=TOKEN,
+            spool_dir=tmp_path,
+            listen="127.0.0.1:0",
+        ),
+    )
+    exporter.start()
+    time.sleep(0.5)
+    body, _ = exporter.exposition.render(None)
+    exporter.stop(flush_seconds=0.5)
+    assert count_rows(dsn, "gpu_sample") == 0
+    text = body.decode()
+    assert "gpuscope_exporter_push_failures_total" in text and "gpuscope_exporter_spool_bytes" in text
