@@ -45,6 +45,19 @@ GPU_COLUMNS: tuple[Column, ...] = (
     _counter("pcie_replay"),
     _counter("ecc_corrected"),
     _counter("ecc_uncorrected"),
+    Column("pcie_tx_bytes_per_s", "float4", 0, 1e12),
+    Column("pcie_rx_bytes_per_s", "float4", 0, 1e12),
+    Column("throttle_power_s", "float8", 0, 1e12),
+    Column("throttle_thermal_s", "float8", 0, 1e12),
+    _counter("remapped_rows_correctable"),
+    _counter("remapped_rows_uncorrectable"),
+    Column("remap_pending", "int2", 0, 1),
+    Column("remap_failure", "int2", 0, 1),
+    _counter("nvlink_tx_bytes"),
+    _counter("nvlink_rx_bytes"),
+    _counter("nvlink_crc_errors"),
+    _counter("nvlink_replay_errors"),
+    _counter("nvlink_recovery_errors"),
 )
 
 PORT_COLUMNS: tuple[Column, ...] = (
@@ -58,6 +71,9 @@ PORT_COLUMNS: tuple[Column, ...] = (
     _counter("rcv_errors"),
     Column("state", "int2", 0, 5),
     Column("rate_gbps", "float4", 0, 100_000),
+    _counter("link_error_recovery"),
+    _counter("xmit_discards"),
+    Column("phys_state", "int2", 0, 7),
 )
 
 # Metrics a heatmap or chart may show: a whitelist, since the name becomes an SQL identifier.

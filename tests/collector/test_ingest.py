@@ -266,3 +266,31 @@ def test_failure_mid_batch_rolls_back_everything(collector: RunningCollector) ->
         conn.execute("DROP TRIGGER refuse ON ib_port_sample")
     assert post(collector, batch).json()["duplicate"] is False, "the retry is stored, not taken for a duplicate"
     assert count_rows(collector.dsn, "gpu_sample") == 40
+
+
+def test_every_catalog_metric_has_a_column() -> None:
+    """The exporter's catalog and the collector's columns are kept apart on purpose; this keeps them in step."""
+    from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS
+    from exporter.catalog import keys_for
+
+    assert set(keys_for("gpu")) == {c.key for c in GPU_COLUMNS}
+    assert set(keys_for("ib")) == {c.key for c in PORT_COLUMNS}
+
+
+def test_nvml_batch_with_every_metric_is_stored(collector: RunningCollector) -> None:
+    from exporter.sources.nvml import NvmlSource
+    from exporter.testing.fake_nvml import h100_node, make_fake_pynvml
+
+    source = NvmlSource(make_fake_pynvml(h100_node(2)), xid_events=False)
+    now = time.time()
+    snaps = [Snapshot(ts=now - 2 + i, gpus=source.read(now - 2 + i)[0], ports=()) for i in range(2)]
+    batch = encode_batch(Origin("test", "r", "n", "nvml", str(uuid.uuid4())), 1, snaps)
+    response = post(collector, batch)
+    assert response.status_code == 200 and response.json()["ignored_fields"] == []
+    import psycopg
+
+    with psycopg.connect(collector.dsn) as conn:
+        row = conn.execute(
+            "SELECT count(nvlink_tx_bytes), max(remap_failure), max(throttle_power_s) FROM gpu_sample"
+        ).fetchone()
+    assert row == (4, 0, 0.0)
