@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import psycopg
 from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 from starlette.concurrency import run_in_threadpool
@@ -13,8 +15,11 @@ from starlette.concurrency import run_in_threadpool
 from collector.api import health, ingest, read
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
+from collector.store import allocations
 from collector.store.migrate import migrate
 from collector.store.pools import open_read_pool
+
+log = logging.getLogger(__name__)
 
 
 def create_app(dsn: str, auth: TokenAuth, max_body_bytes: int = 32 * 2**20, max_concurrent_writes: int = 8) -> FastAPI:
@@ -29,9 +34,11 @@ def create_app(dsn: str, auth: TokenAuth, max_body_bytes: int = 32 * 2**20, max_
         app.state.ingest = IngestState(
             auth=auth, max_body_bytes=max_body_bytes, write_slots=asyncio.Semaphore(max_concurrent_writes)
         )
+        expiry = asyncio.create_task(_expire_allocations(ingest_pool), name="allocation-expiry")
         try:
             yield
         finally:
+            expiry.cancel()
             await ingest_pool.close()
             read_pool.close()
 
@@ -45,3 +52,16 @@ def create_app(dsn: str, auth: TokenAuth, max_body_bytes: int = 32 * 2**20, max_
     app.include_router(read.router)
     app.include_router(health.router)
     return app
+
+
+async def _expire_allocations(pool: AsyncConnectionPool, every_s: float = 60.0) -> None:
+    """Close allocations whose exporter stopped reporting (every collector may run this: it is idempotent)."""
+    while True:
+        try:
+            async with pool.connection() as conn:
+                closed = await allocations.expire_stale(conn)
+            if closed:
+                log.info("closed %d stale job allocations", closed)
+        except psycopg.Error as exc:
+            log.warning("expiring stale allocations failed: %s", exc)
+        await asyncio.sleep(every_s)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from exporter.exposition import ExporterIdentity, Exposition
 from exporter.http_server import make_server, snapshot_health
+from exporter.jobs.base import JobSource
 from exporter.pusher import Pusher
 from exporter.sampler import Sampler
 from exporter.sources.base import Source
@@ -38,7 +39,7 @@ class ExporterConfig:
 
 
 class NodeExporter:
-    def __init__(self, source: Source, config: ExporterConfig) -> None:
+    def __init__(self, source: Source, config: ExporterConfig, jobs: JobSource | None = None) -> None:
         if config.push_url and not config.token:
             raise ValueError("pushing to a collector needs a token (--token-file)")
         self.config = config
@@ -54,7 +55,9 @@ class NodeExporter:
             if config.push_url
             else None
         )
-        self.sampler = Sampler(source, config.interval, subscribers=(self.pusher.enqueue,) if self.pusher else ())
+        self.sampler = Sampler(
+            source, config.interval, subscribers=(self.pusher.enqueue,) if self.pusher else (), jobs=jobs
+        )
         identity = ExporterIdentity(config.cluster, config.rack, config.node, source.name, VERSION)
         self.exposition = Exposition(
             identity, lambda: self.sampler.latest, config.dcgm_compat, self.pusher.families if self.pusher else None

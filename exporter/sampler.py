@@ -10,7 +10,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from exporter.snapshot import Snapshot
+from exporter.jobs.base import JobSource
+from exporter.snapshot import GpuReading, JobInfo, Snapshot
 from exporter.sources.base import Source
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ class Sampler:
         interval: float,
         subscribers: tuple[Callable[[Snapshot], None], ...] = (),
         clock: Callable[[], float] = time.time,
+        jobs: JobSource | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval}")
@@ -33,17 +35,28 @@ class Sampler:
         self.failed_cycles = 0
         self._subscribers = subscribers
         self._clock = clock
+        self._jobs = jobs
 
     def sample_once(self, now: float | None = None) -> Snapshot:
         ts = self._clock() if now is None else now
         started = time.perf_counter()
         gpus, ports = self.source.read(ts)
-        snapshot = Snapshot(ts=ts, gpus=gpus, ports=ports, sample_seconds=time.perf_counter() - started)
+        jobs = self._assign_jobs(gpus, ts)
+        snapshot = Snapshot(ts=ts, gpus=gpus, ports=ports, sample_seconds=time.perf_counter() - started, jobs=jobs)
         self.latest = snapshot  # a single reference swap: readers see the old or the new, never half
         self.cycles += 1
         for subscriber in self._subscribers:
             subscriber(snapshot)
         return snapshot
+
+    def _assign_jobs(self, gpus: tuple[GpuReading, ...], ts: float) -> dict[int, JobInfo] | None:
+        if self._jobs is None:
+            return None
+        try:
+            return self._jobs.assign(tuple(r.gpu for r in gpus), ts)
+        except Exception:  # attribution is an extra: a bug there must not stop the telemetry
+            log.exception("job attribution failed this cycle")
+            return None
 
     def run(self, stop: threading.Event) -> None:
         """Sample on interval boundaries until `stop` is set; a failed cycle is logged, not fatal."""

@@ -14,6 +14,12 @@ class GpuIdentity:
 
 
 @dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    user: str | None = None
+
+
+@dataclass(frozen=True)
 class PortIdentity:
     device: str  # e.g. mlx5_0
     port: int
@@ -42,3 +48,4 @@ class Snapshot:
     gpus: tuple[GpuReading, ...]
     ports: tuple[PortReading, ...]
     sample_seconds: float = 0.0  # how long the cycle took
+    jobs: dict[int, JobInfo] | None = None  # GPU index -> job; None when no job attribution is configured

@@ -28,6 +28,10 @@ def encode_batch(origin: Origin, seq: int, snapshots: Sequence[Snapshot]) -> dic
     ports: dict[tuple[str, int], int] = {}
     gpu_cols: dict[str, list[object]] = {"ts": [], "gpu": [], "up": []}
     gpu_values: dict[str, list[float | None]] = {key: [] for key in keys_for("gpu")}
+    with_jobs = any(snap.jobs is not None for snap in snapshots)
+    jobs: dict[tuple[str, str | None], int] = {}
+    if with_jobs:
+        gpu_cols["job"] = []
     port_cols: dict[str, list[object]] = {"ts": [], "port": []}
     port_values: dict[str, list[float | None]] = {key: [] for key in keys_for("ib")}
     for snap in snapshots:
@@ -39,6 +43,9 @@ def encode_batch(origin: Origin, seq: int, snapshots: Sequence[Snapshot]) -> dic
             gpu_cols["ts"].append(snap.ts)
             gpu_cols["gpu"].append(gpu.index)
             gpu_cols["up"].append(reading.up)
+            if with_jobs:
+                job = (snap.jobs or {}).get(gpu.index)
+                gpu_cols["job"].append(None if job is None else jobs.setdefault((job.job_id, job.user), len(jobs)))
             for key, column in gpu_values.items():
                 column.append(reading.values.get(key))
         for port_reading in snap.ports:
@@ -55,6 +62,7 @@ def encode_batch(origin: Origin, seq: int, snapshots: Sequence[Snapshot]) -> dic
         "source": {"cluster": origin.cluster, "rack": origin.rack, "node": origin.node, "backend": origin.backend},
         "gpus": list(gpus.values()),
         "ports": [{"device": device, "port": port} for (device, port) in ports],
+        **({"jobs": [{"id": job_id, "user": user} for (job_id, user) in jobs]} if with_jobs else {}),
         # A metric no device reported in this batch is left out rather than sent as all nulls.
         "gpu_samples": {**gpu_cols, "values": _drop_empty(gpu_values)},
         "port_samples": {**port_cols, "values": _drop_empty(port_values)},

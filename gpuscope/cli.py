@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     exporter.add_argument("--cluster", default="default")
     exporter.add_argument("--token-file", type=Path, help="file holding the collector's bearer token")
     exporter.add_argument("--spool-dir", type=Path, help="keep unsent batches here while the collector is away")
+    exporter.add_argument("--jobs", choices=["auto", "slurm", "none"], default="auto", help="job attribution")
+    exporter.add_argument(
+        "--slurm-mapping-dir",
+        type=Path,
+        default=Path("/run/gpuscope/slurm"),
+        help="per-GPU job files written by deploy/slurm/prolog.sh",
+    )
     exporter.add_argument("--dcgm-compat", action="store_true", help="expose dcgm-exporter's metric names")
     exporter.add_argument("--ib-root", type=Path, default=Path("/sys/class/infiniband"), help=argparse.SUPPRESS)
     exporter.add_argument("--sim-seed", type=int, default=0, help="seed for --backend sim")

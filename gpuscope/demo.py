@@ -25,7 +25,7 @@ from collector.store.pools import open_read_pool
 from dashboard.app import create_app as create_dashboard_app
 from dashboard.server import DashboardServer
 from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
+from exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_topology
 
 log = logging.getLogger("gpuscope.demo")
 HOST = "127.0.0.1"
@@ -94,6 +94,7 @@ def _simulated_exporters(options: DemoOptions, push_url: str, token: str) -> lis
             ExporterConfig(
                 node.cluster, node.rack, node.name, interval=options.interval, push_url=push_url, token=token
             ),
+            jobs=SimJobs(node, schedule),
         )
         for node in topology
     ]

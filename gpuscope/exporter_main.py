@@ -8,8 +8,10 @@ import signal
 import threading
 from types import FrameType
 
+from exporter.jobs.base import JobSource
+from exporter.jobs.select import open_jobs
 from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sim import JobSchedule, NodeSpec, SimNodeSource
+from exporter.sim import JobSchedule, NodeSpec, SimJobs, SimNodeSource
 from exporter.sources.base import BackendUnavailable, Source
 from exporter.sources.select import open_source
 from gpuscope.tokens import read_token_file
@@ -28,6 +30,13 @@ def make_source(args: argparse.Namespace) -> Source:
         raise RuntimeError(f"--backend {args.backend}: {exc}") from None
 
 
+def make_jobs(args: argparse.Namespace, source: Source) -> JobSource | None:
+    if args.backend == "sim" and args.jobs != "none":
+        assert isinstance(source, SimNodeSource)
+        return SimJobs(source.node, source.schedule)
+    return open_jobs(args.jobs, source, args.slurm_mapping_dir)
+
+
 def run_exporter(args: argparse.Namespace) -> None:
     if args.push and not args.token_file:
         raise ValueError("--push needs --token-file (the collector's bearer token)")
@@ -44,7 +53,7 @@ def run_exporter(args: argparse.Namespace) -> None:
         dcgm_compat=args.dcgm_compat,
         spool_dir=args.spool_dir,
     )
-    exporter = NodeExporter(source, config)
+    exporter = NodeExporter(source, config, jobs=make_jobs(args, source))
     stop = threading.Event()
 
     def handler(signum: int, _frame: FrameType | None) -> None:

@@ -54,11 +54,18 @@ class PortInfo:
 
 
 @dataclass(frozen=True)
+class JobRef:
+    job_id: str
+    user: str | None
+
+
+@dataclass(frozen=True)
 class Samples:
     ts: np.ndarray  # float64 seconds since the epoch
     device: np.ndarray  # int: GPU index, or position in `ports`
     values: dict[str, np.ndarray]  # column key -> float64, NaN where not reported
     up: np.ndarray | None = None  # bool, GPUs only
+    job: np.ndarray | None = None  # int position in Batch.jobs, -1 for no job; None: attribution not reported
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -76,6 +83,7 @@ class Batch:
     ports: tuple[PortInfo, ...]
     gpu_samples: Samples
     port_samples: Samples
+    jobs: tuple[JobRef, ...]
     ignored_fields: tuple[str, ...]  # metric keys this collector does not know (newer exporter)
 
 
@@ -117,6 +125,7 @@ def decode(raw: bytes, now: float) -> Batch:
     backend = _name(source, "backend", ("source",)) if "backend" in source else "unknown"
     gpus = _gpus(_require(doc, "gpus", list, ()))
     ports = _ports(_require(doc, "ports", list, ()))
+    jobs = _jobs(doc["jobs"]) if "jobs" in doc else None
     ignored: set[str] = set()
     gpu_samples = _samples(
         _require(doc, "gpu_samples", dict, ()),
@@ -126,6 +135,7 @@ def decode(raw: bytes, now: float) -> Batch:
         {g.index for g in gpus},
         now,
         ignored,
+        jobs,
     )
     port_samples = _samples(
         doc.get("port_samples") or {"ts": [], "port": [], "values": {}},
@@ -142,6 +152,7 @@ def decode(raw: bytes, now: float) -> Batch:
         backend=backend,
         gpus=gpus,
         ports=ports,
+        jobs=jobs or (),
         gpu_samples=gpu_samples,
         port_samples=port_samples,
         ignored_fields=tuple(sorted(ignored)),
@@ -218,8 +229,32 @@ def _ports(items: list[Any]) -> tuple[PortInfo, ...]:
     return tuple(ports)
 
 
+def _jobs(items: Any) -> tuple[JobRef, ...]:
+    if not isinstance(items, list):
+        raise IngestError(422, ("jobs",), "must be an array")
+    if len(items) > MAX_DEVICES:
+        raise IngestError(422, ("jobs",), f"at most {MAX_DEVICES} jobs per batch")
+    jobs = []
+    for i, item in enumerate(items):
+        loc: Loc = ("jobs", i)
+        if not isinstance(item, dict):
+            raise IngestError(422, loc, "must be an object")
+        user = item.get("user")
+        if user is not None:
+            user = _name(item, "user", loc)
+        jobs.append(JobRef(_name(item, "id", loc), user))
+    return tuple(jobs)
+
+
 def _samples(
-    obj: Any, loc: Loc, device_key: str, columns: Sequence[Column], devices: set[int], now: float, ignored: set[str]
+    obj: Any,
+    loc: Loc,
+    device_key: str,
+    columns: Sequence[Column],
+    devices: set[int],
+    now: float,
+    ignored: set[str],
+    jobs: tuple[JobRef, ...] | None = None,
 ) -> Samples:
     if not isinstance(obj, dict):
         raise IngestError(422, loc, "must be an object")
@@ -248,6 +283,14 @@ def _samples(
         if len(flags) != rows or not all(type(f) is bool for f in flags):
             raise IngestError(422, (*loc, "up"), f"must be {rows} booleans, one per row")
         up = np.array(flags, dtype=bool)
+    job = None
+    if jobs is not None:
+        refs = _numbers(_require(obj, "job", list, loc), (*loc, "job"), nullable=True, length=rows)
+        bad = ~np.isnan(refs) & ((refs < 0) | (refs >= len(jobs)) | (refs != np.floor(refs)))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise IngestError(422, (*loc, "job", i), f"must be null or a position in jobs (0-{len(jobs) - 1})")
+        job = np.where(np.isnan(refs), -1, refs).astype(np.int64)
     raw_values = _require(obj, "values", dict, loc)
     known = {c.key: c for c in columns}
     values = {}
@@ -262,7 +305,7 @@ def _samples(
         array = _numbers(series, where, nullable=True, length=rows)
         _check_range(array, where, column.low, column.high, f"between {column.low:g} and {column.high:g}")
         values[key] = np.rint(array) if column.integer else array
-    return Samples(ts=ts, device=device.astype(np.int64), values=values, up=up)
+    return Samples(ts=ts, device=device.astype(np.int64), values=values, up=up, job=job)
 
 
 def _numbers(items: list[Any], loc: Loc, nullable: bool, length: int | None = None) -> np.ndarray:

@@ -15,6 +15,7 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from collector.ingest.wire import Batch, Samples
+from collector.store import allocations
 from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 
 
@@ -61,6 +62,7 @@ async def store_batch(pool: AsyncConnectionPool, batch: Batch, cache: InventoryC
         await _copy(
             conn, "ib_port_sample", "port_id", PORT_COLUMNS, batch.port_samples, np.array(port_ids, dtype=np.int64)
         )
+        await allocations.record(conn, node_id, gpu_ids, batch)
     for table, key, value in new_entries:
         table[key] = value
     return StoreResult(duplicate=False, gpu_rows=len(batch.gpu_samples), port_rows=len(batch.port_samples))

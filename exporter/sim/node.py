@@ -15,7 +15,7 @@ import numpy as np
 
 from exporter.sim.jobs import JobRun, JobSchedule
 from exporter.sim.topology import NodeSpec
-from exporter.snapshot import GpuIdentity, GpuReading, PortIdentity, PortReading
+from exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading
 
 MODEL = "NVIDIA H100 80GB HBM3"
 FB_TOTAL_BYTES = 81_559 * 2**20
@@ -41,7 +41,7 @@ class SimNodeSource:
 
     def __init__(self, node: NodeSpec, schedule: JobSchedule, seed: int) -> None:
         self.node = node
-        self._schedule = schedule
+        self.schedule = schedule
         self._seed = seed
         self._rng = np.random.default_rng([seed, node.index, 0x51])
         self.gpus = tuple(_gpu_identity(seed, node, i) for i in range(node.gpus))
@@ -54,7 +54,7 @@ class SimNodeSource:
     def read(self, now: float) -> tuple[tuple[GpuReading, ...], tuple[PortReading, ...]]:
         dt = 0.0 if self._last_t is None else max(0.0, now - self._last_t)
         self._last_t = now
-        job = self._schedule.job_at(self.node.index, now)
+        job = self.schedule.job_at(self.node.index, now)
         busy = self._compute_fraction(job, now) if job else None
         gpus = self._read_gpus(job, busy, dt)
         ports = self._read_ports(job, busy, dt)
@@ -155,6 +155,18 @@ class SimNodeSource:
             }
             readings.append(PortReading(port=port, values=values))
         return tuple(readings)
+
+
+class SimJobs:
+    """Job attribution for a simulated node, straight from the schedule (implements JobSource)."""
+
+    def __init__(self, node: NodeSpec, schedule: JobSchedule) -> None:
+        self._node = node
+        self._schedule = schedule
+
+    def assign(self, gpus: tuple[GpuIdentity, ...], now: float) -> dict[int, JobInfo]:
+        job = self._schedule.job_at(self._node.index, now)
+        return {} if job is None else {gpu.index: JobInfo(job.job_id, job.user) for gpu in gpus}
 
 
 def _gpu_identity(seed: int, node: NodeSpec, index: int) -> GpuIdentity:

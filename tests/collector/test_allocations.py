@@ -1,0 +1,97 @@
+"""GPU-to-job allocations: intervals with a start and an end, kept from what exporters report."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+from collector.store.allocations import STALE_AFTER, expire_stale
+from exporter.sim import JobSchedule, SimNodeSource, build_topology
+from exporter.snapshot import JobInfo, Snapshot
+from exporter.wire import Origin, encode_batch
+from tests.collector.test_ingest import post
+from tests.conftest import RunningCollector
+
+START = time.time() - 120
+topology = build_topology(1, 2, 1, cluster="alloc")
+
+
+def batch(seq: int, jobs_per_second: list[dict[int, JobInfo]], exporter_id: str, offset: int = 0) -> dict:
+    source = SimNodeSource(topology[0], JobSchedule(topology, 1), 1)
+    snaps = []
+    for i, jobs in enumerate(jobs_per_second):
+        ts = START + offset + i
+        gpus, ports = source.read(ts)
+        snaps.append(Snapshot(ts=ts, gpus=gpus, ports=ports, jobs=jobs))
+    return encode_batch(Origin("alloc", "rack-00", "node-000", "sim", exporter_id), seq, snaps)
+
+
+def allocations(dsn: str) -> list[tuple]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT g.gpu_index, a.job_id, a.username, extract(epoch FROM a.started_at)::int,"
+            "       extract(epoch FROM a.last_seen)::int, extract(epoch FROM a.ended_at)::int"
+            " FROM job_allocation a JOIN gpu g USING (gpu_id) ORDER BY g.gpu_index, a.started_at"
+        ).fetchall()
+
+
+A, B = JobInfo("100", "alice"), JobInfo("200", "bob")
+
+
+def test_job_change_closes_one_allocation_and_opens_the_next(collector: RunningCollector) -> None:
+    exporter = str(uuid.uuid4())
+    first = batch(1, [{0: A, 1: A}] * 3, exporter)
+    second = batch(2, [{0: A, 1: A}, {0: B}, {0: B}], exporter, offset=3)
+    assert post(collector, first).status_code == 200
+    assert post(collector, second).status_code == 200
+    t = int(START)
+    assert allocations(collector.dsn) == [
+        (0, "100", "alice", t, t + 3, t + 4),  # ended at the first sample showing job B
+        (0, "200", "bob", t + 4, t + 5, None),
+        (1, "100", "alice", t, t + 3, t + 4),  # GPU 1 went idle: the allocation ends
+    ]
+
+
+def test_late_or_repeated_batches_change_nothing(collector: RunningCollector) -> None:
+    exporter = str(uuid.uuid4())
+    late = batch(1, [{0: A}] * 2, exporter)
+    assert post(collector, batch(2, [{0: A}] * 2, exporter, offset=2)).status_code == 200
+    before = allocations(collector.dsn)
+    assert post(collector, late).status_code == 200  # arrives after its successor
+    assert post(collector, late).json()["duplicate"] is True
+    assert allocations(collector.dsn) == before
+
+
+def test_no_attribution_reported_changes_no_allocation(collector: RunningCollector) -> None:
+    exporter = str(uuid.uuid4())
+    assert post(collector, batch(1, [{0: A}], exporter)).status_code == 200
+    plain = batch(2, [{0: A}], exporter, offset=1)
+    del plain["jobs"], plain["gpu_samples"]["job"]  # an exporter with --jobs none
+    assert post(collector, plain).status_code == 200
+    assert [row[5] for row in allocations(collector.dsn)] == [None]
+
+
+def test_stale_allocation_expires(collector: RunningCollector) -> None:
+    assert post(collector, batch(1, [{0: A}], str(uuid.uuid4()))).status_code == 200
+
+    async def expire(now: datetime) -> int:
+        async with await psycopg.AsyncConnection.connect(collector.dsn, autocommit=True) as conn:
+            return await expire_stale(conn, now)
+
+    assert asyncio.run(expire(datetime.now(UTC))) == 0, "reported two minutes ago: still alive"
+    assert asyncio.run(expire(datetime.now(UTC) + STALE_AFTER + timedelta(minutes=1))) == 1
+    [(_, _, _, _, last_seen, ended)] = allocations(collector.dsn)
+    assert ended == last_seen, "a silent allocation ends when it was last seen"
+
+
+def test_bad_job_reference_is_rejected(collector: RunningCollector) -> None:
+    bad = batch(1, [{0: A}], str(uuid.uuid4()))
+    bad["gpu_samples"]["job"][0] = 5
+    response = post(collector, bad)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["gpu_samples", "job", 0]
+    assert allocations(collector.dsn) == []
