@@ -11,9 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.exposition import ExporterIdentity, Exposition
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from exporter.snapshot import Snapshot
+from exporter.sources.amdsmi import AmdSmiSource
 from exporter.sources.combined import CombinedSource
 from exporter.sources.infiniband import InfinibandSource
 from exporter.sources.nvml import NvmlSource
+from exporter.testing.fake_amdsmi import make_fake_amdsmi, mi300x_node
 from exporter.testing.fake_nvml import h100_node, make_fake_pynvml
 from tests.conftest import require_tool
 
@@ -34,6 +36,13 @@ def nvml_snapshot() -> Snapshot:
     return Snapshot(ts=1.0, gpus=tuple(readings), ports=ports)
 
 
+def amd_snapshot() -> Snapshot:
+    gpus = mi300x_node(4)
+    gpus[1].unsupported = {"power", "xgmi"}
+    readings, _ = AmdSmiSource(make_fake_amdsmi(gpus)).read(1.0)
+    return Snapshot(ts=1.0, gpus=readings, ports=())
+
+
 def sim_snapshot() -> Snapshot:
     topology = build_topology(1, 8, 1)
     gpus, ports = SimNodeSource(topology[0], JobSchedule(topology, 1), 1).read(1_790_000_000.0)
@@ -46,14 +55,14 @@ def promtool_findings(body: bytes) -> tuple[int, list[str]]:
     return result.returncode, (result.stdout + result.stderr).decode().splitlines()
 
 
-@pytest.mark.parametrize("make", [nvml_snapshot, sim_snapshot], ids=["nvml", "sim"])
+@pytest.mark.parametrize("make", [nvml_snapshot, amd_snapshot, sim_snapshot], ids=["nvml", "amd", "sim"])
 def test_promtool_check_metrics_reports_nothing(make) -> None:  # type: ignore[no-untyped-def]
     snapshot = make()
     body, _ = Exposition(IDENTITY, lambda: snapshot).render(None)
     assert promtool_findings(body) == (0, [])
 
 
-@pytest.mark.parametrize("make", [nvml_snapshot, sim_snapshot], ids=["nvml", "sim"])
+@pytest.mark.parametrize("make", [nvml_snapshot, amd_snapshot, sim_snapshot], ids=["nvml", "amd", "sim"])
 def test_promtool_on_dcgm_compat_finds_only_dcgms_own_label_names(make) -> None:  # type: ignore[no-untyped-def]
     """modelName, UUID and Hostname (and DCGM_FI_DEV_PCIE_REPLAY_COUNTER) are dcgm-exporter's own names."""
     snapshot = make()
