@@ -16,7 +16,7 @@ from exporter.wire import Origin, encode_batch
 from tests.collector.test_ingest import post
 from tests.conftest import RunningCollector
 
-START = time.time() - 120
+START = float(int(time.time()) - 120)  # whole seconds: the assertions compare rounded epochs
 topology = build_topology(1, 2, 1, cluster="alloc")
 
 
