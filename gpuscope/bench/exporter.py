@@ -30,7 +30,7 @@ GPUS = 8
 PORTS = 8
 
 
-def run(cycles: int = 3000, scrapes: int = 500) -> dict[str, Any]:
+def run(cycles: int = 3000, scrapes: int = 400) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-ib-") as tmp:
         ib_root = write_infiniband_tree(Path(tmp), devices=PORTS)
         source = _source(ib_root)
@@ -86,17 +86,10 @@ def _scrape_latency(ib_root: Path, scrapes: int, interval: float = 0.1) -> dict[
             raise RuntimeError("the exporter process did not start")
         host, port = parent.recv()
         connection = http.client.HTTPConnection(host, port, timeout=10)
-        latencies = []
-        size = 0
-        for _ in range(scrapes):
-            time.sleep(interval * 1.1)  # let a new snapshot arrive: each scrape renders afresh
-            started = time.perf_counter()
-            connection.request("GET", "/metrics", headers={"Accept": "text/plain"})
-            response = connection.getresponse()
-            size = len(response.read())
-            latencies.append(time.perf_counter() - started)
-            if response.status != 200:
-                raise RuntimeError(f"/metrics answered {response.status}")
+        latencies, size = _timed_gets(connection, "/metrics", scrapes, interval)
+        # The same server's trivial endpoint under the same pacing: the HTTP stack's and the
+        # scheduler's share of a scrape, measured in the same run.
+        baseline, _ = _timed_gets(connection, "/healthz", scrapes // 2, interval)
         connection.close()
     finally:
         server.terminate()
@@ -106,8 +99,27 @@ def _scrape_latency(ib_root: Path, scrapes: int, interval: float = 0.1) -> dict[
         "scrape_sampling_interval_s": interval,
         "scrape_p50_ms": round(statistics.median(latencies) * 1000, 3),
         "scrape_p99_ms": round(_p99(latencies) * 1000, 3),
+        "healthz_p50_ms": round(statistics.median(baseline) * 1000, 3),
+        "healthz_p99_ms": round(_p99(baseline) * 1000, 3),
         "metrics_bytes": size,
     }
+
+
+def _timed_gets(
+    connection: http.client.HTTPConnection, path: str, count: int, interval: float
+) -> tuple[list[float], int]:
+    latencies = []
+    size = 0
+    for _ in range(count):
+        time.sleep(interval * 1.1)  # let a new snapshot arrive: each scrape renders afresh
+        started = time.perf_counter()
+        connection.request("GET", path, headers={"Accept": "text/plain"})
+        response = connection.getresponse()
+        size = len(response.read())
+        latencies.append(time.perf_counter() - started)
+        if response.status != 200:
+            raise RuntimeError(f"{path} answered {response.status}")
+    return latencies, size
 
 
 def _p99(values: list[float]) -> float:
