@@ -7,7 +7,6 @@ before and nothing else is written. Either everything in a batch is committed or
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,8 @@ from psycopg_pool import AsyncConnectionPool
 from collector.ingest.wire import Batch, Samples
 from collector.store import allocations
 from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+from collector.store.copy_binary import CopyColumn
+from collector.store.copy_binary import encode as encode_copy
 
 
 @dataclass(frozen=True)
@@ -149,24 +150,15 @@ async def _copy(
     if len(samples) == 0:
         return
     present = [c for c in columns if c.key in samples.values]
-    names = ["ts", id_column] + (["up"] if samples.up is not None else []) + [c.key for c in present]
-    types = ["timestamptz", "int4"] + (["bool"] if samples.up is not None else []) + [c.pg_type for c in present]
+    copy_columns = [CopyColumn("timestamptz", samples.ts), CopyColumn("int4", device_to_id[samples.device])]
+    names = ["ts", id_column]
+    if samples.up is not None:
+        copy_columns.append(CopyColumn("bool", samples.up))
+        names.append("up")
+    copy_columns += [CopyColumn(c.pg_type, samples.values[c.key]) for c in present]
+    names += [c.key for c in present]
     stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
         sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, names))
     )
-    # Per-row Python work stays here until the columnar binary encoder lands (issue: ingest at scale).
-    timestamps = [datetime.fromtimestamp(t, UTC) for t in samples.ts.tolist()]
-    ids = device_to_id[samples.device].tolist()
-    value_lists = [_with_nulls(samples.values[c.key], c.integer) for c in present]
-    extra = [samples.up.tolist()] if samples.up is not None else []
     async with conn.cursor() as cur, cur.copy(stmt) as copy:
-        copy.set_types(types)
-        for row in zip(timestamps, ids, *extra, *value_lists, strict=True):
-            await copy.write_row(row)
-
-
-def _with_nulls(values: np.ndarray, integer: bool) -> list[object]:
-    out: list[object] = np.nan_to_num(values).astype(np.int64).tolist() if integer else values.tolist()
-    for i in np.flatnonzero(np.isnan(values)).tolist():
-        out[i] = None
-    return out
+        await copy.write(encode_copy(copy_columns))
