@@ -1,4 +1,8 @@
-"""Typed FastAPI dependencies: the pools, the token check and the ingest state live on app.state."""
+"""Typed FastAPI dependencies: the pools, the token check and the ingest state live on app.state.
+
+They are `async def` on purpose: FastAPI runs a plain `def` dependency in a thread pool, a thread
+hand-off per request on the hot ingest path.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +14,15 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from collector.ingest.state import IngestState
 
 
-def get_ingest_pool(request: Request) -> AsyncConnectionPool:
+async def get_ingest_pool(request: Request) -> AsyncConnectionPool:
     return request.app.state.ingest_pool
 
 
-def get_read_pool(request: Request) -> ConnectionPool[Any]:
+async def get_read_pool(request: Request) -> ConnectionPool[Any]:
     return request.app.state.read_pool
 
 
-def get_ingest_state(request: Request) -> IngestState:
+async def get_ingest_state(request: Request) -> IngestState:
     return request.app.state.ingest
 
 

@@ -40,11 +40,13 @@ def encode(columns: Sequence[CopyColumn]) -> bytes:
     rows = len(columns[0].values) if columns else 0
     wire = [_to_wire(column) for column in columns]
     nulls = np.stack([mask for _, mask in wire], axis=1) if rows else np.zeros((0, len(columns)), dtype=bool)
-    patterns, group_of = np.unique(nulls, axis=0, return_inverse=True)
+    # Each row's NULL pattern as bytes (8 columns per byte): a 1-D key to group rows by.
+    packed = np.packbits(nulls, axis=1)
+    keys = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1) if rows else np.empty(0, dtype="V1")
     parts = [HEADER]
-    for group, pattern in enumerate(patterns):
-        members = np.flatnonzero(group_of.reshape(-1) == group)
-        parts.append(_encode_group([w for w, _ in wire], pattern, members))
+    for key in np.unique(keys):
+        members = np.flatnonzero(keys == key)
+        parts.append(_encode_group([w for w, _ in wire], nulls[members[0]], members))
     parts.append(TRAILER)
     return b"".join(parts)
 

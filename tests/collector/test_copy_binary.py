@@ -23,9 +23,7 @@ def test_round_trip_with_nulls_in_mixed_patterns(dsn: str) -> None:
         conn.execute("CREATE TEMP TABLE t (ts timestamptz, i int4, b bool, r real, d float8, l int8, s int2)")
         with conn.cursor().copy("COPY t FROM STDIN (FORMAT BINARY)") as copy:
             copy.write(encode(columns))
-        rows = conn.execute(
-            "SELECT extract(epoch FROM ts)::float8, i, b, r, d, l, s FROM t ORDER BY i"
-        ).fetchall()
+        rows = conn.execute("SELECT extract(epoch FROM ts)::float8, i, b, r, d, l, s FROM t ORDER BY i").fetchall()
     assert rows == [
         (1_790_000_000.25, 1, True, 1.5, None, 2**40, 1),
         (1_790_000_001.5, 2, False, None, 2.125, 7, 2),

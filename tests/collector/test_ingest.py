@@ -177,7 +177,7 @@ def test_duplicate_rows_inside_a_batch_are_rejected(collector: RunningCollector)
     ("body", "status", "needle"),
     [
         (b"{not json", 400, "invalid JSON"),
-        (b'{"x": NaN}', 400, "NaN is not allowed"),
+        (b'{"x": NaN}', 400, "NaN and Infinity are not allowed"),
         (b"[1, 2]", 422, "JSON object"),
         (b"\xff\xfe", 400, "UTF-8"),
     ],

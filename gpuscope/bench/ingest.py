@@ -1,0 +1,170 @@
+"""Ingest throughput, HTTP to database, against raw binary COPY of the same rows in the same run.
+
+A real collector process (uvicorn) on a private PostgreSQL, both on this machine with the load
+generator; 1,000 simulated nodes push 10 one-second snapshots of 8 GPUs per batch (80 rows, gzip JSON,
+the exporter's own encoder), each node with at most one batch in flight. Every node's first batch is
+sent before timing starts (inventory is created once per node, not in the steady state). The baseline
+writes the same rows with one large binary COPY per 10,000 rows into an index-free copy of the table:
+what the database itself can take here. Commits are durable (synchronous_commit on) in both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from collector.embedded_pg import EmbeddedPostgres
+from collector.ingest.wire import decode
+from collector.store.columns import GPU_COLUMNS
+from collector.store.copy_binary import CopyColumn, encode
+from exporter.sim import JobSchedule, SimNodeSource, build_topology
+from exporter.snapshot import Snapshot
+from exporter.wire import Origin, encode_batch, to_body
+from gpuscope.bench.loadgen import push_all
+
+NODES = 1000
+GPUS = 8
+SNAPSHOTS_PER_BATCH = 10
+BATCHES_PER_NODE = 6  # the first one is the warm-up
+CONCURRENCY = 64
+
+
+def run() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-ingest-") as tmp:
+        data = Path(tmp)
+        data.chmod(0o711)  # as root, PostgreSQL runs as 'postgres' and must pass through
+        with EmbeddedPostgres(data / "db") as pg:
+            nodes = _batches()
+            warmup = [[batches[0]] for batches in nodes]
+            timed = [batches[1:] for batches in nodes]
+            token = secrets.token_urlsafe(24)
+            (data / "token").write_text(token)
+            (data / "token").chmod(0o600)
+            port = _free_port()
+            collector = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuscope.cli",
+                    "collector",
+                    "--db",
+                    pg.dsn,
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--token-file",
+                    str(data / "token"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                _wait_healthy(port)
+                asyncio.run(push_all("127.0.0.1", port, token, warmup, CONCURRENCY))
+                result = asyncio.run(push_all("127.0.0.1", port, token, timed, CONCURRENCY))
+            finally:
+                collector.terminate()
+                collector.wait(30)
+            stored = _count(pg.dsn)
+            expected = sum(rows for batches in nodes for _, rows in batches)
+            raw_rows_per_s = _raw_copy(pg.dsn, [body for batches in timed for body, _ in batches])
+    rows_per_s = result.rows / result.seconds
+    return {
+        "nodes": NODES,
+        "gpus_per_node": GPUS,
+        "batch_rows": GPUS * SNAPSHOTS_PER_BATCH,
+        "concurrency": CONCURRENCY,
+        "timed_rows": result.rows,
+        "seconds": round(result.seconds, 2),
+        "rows_per_s": round(rows_per_s),
+        "raw_copy_rows_per_s": round(raw_rows_per_s),
+        "ratio": round(rows_per_s / raw_rows_per_s, 3),
+        "retried_batches": result.failures,
+        "stored_equals_sent": stored == expected,
+    }
+
+
+def _batches() -> list[list[tuple[bytes, int]]]:
+    """Per node, its batches in order: real simulator readings, re-labelled per node to save time."""
+    topology = build_topology(1, GPUS, 1, cluster="bench")
+    source = SimNodeSource(topology[0], JobSchedule(topology, 7), 7)
+    start = time.time() - BATCHES_PER_NODE * SNAPSHOTS_PER_BATCH - 60
+    readings = [source.read(start + i) for i in range(BATCHES_PER_NODE * SNAPSHOTS_PER_BATCH)]
+    nodes = []
+    for n in range(NODES):
+        origin = Origin("bench", f"rack-{n // 40:02d}", f"node-{n:04d}", "sim", str(uuid.uuid4()))
+        batches = []
+        for b in range(BATCHES_PER_NODE):
+            chunk = range(b * SNAPSHOTS_PER_BATCH, (b + 1) * SNAPSHOTS_PER_BATCH)
+            snaps = [Snapshot(ts=start + i, gpus=readings[i][0], ports=()) for i in chunk]
+            batches.append((to_body(encode_batch(origin, b + 1, snaps)), GPUS * SNAPSHOTS_PER_BATCH))
+        nodes.append(batches)
+    return nodes
+
+
+def _raw_copy(dsn: str, bodies: list[bytes], chunk_rows: int = 10_000) -> float:
+    import gzip
+
+    now = time.time()
+    blocks = [decode(gzip.decompress(body), now).gpu_samples for body in bodies]
+    keys = [c.key for c in GPU_COLUMNS if c.key in blocks[0].values]
+    columns = {key: np.concatenate([b.values[key] for b in blocks]) for key in keys}
+    ts = np.concatenate([b.ts for b in blocks])
+    gpu = np.concatenate([b.device + 100 * i for i, b in enumerate(blocks)])
+    up = np.concatenate([b.up for b in blocks if b.up is not None])
+    types = {c.key: c.pg_type for c in GPU_COLUMNS}
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CREATE TABLE raw_gpu_sample (LIKE gpu_sample)")  # no indexes: the database's own limit
+        conn.commit()
+        started = time.perf_counter()
+        for lo in range(0, len(ts), chunk_rows):
+            part = slice(lo, lo + chunk_rows)
+            data = encode(
+                [CopyColumn("timestamptz", ts[part]), CopyColumn("int4", gpu[part]), CopyColumn("bool", up[part])]
+                + [CopyColumn(types[k], columns[k][part]) for k in keys]
+            )
+            names = ", ".join(["ts", "gpu_id", "up", *keys])
+            with conn.cursor().copy(f"COPY raw_gpu_sample ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.write(data)
+            conn.commit()
+        elapsed = time.perf_counter() - started
+    return len(ts) / elapsed
+
+
+def _count(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM gpu_sample").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_healthy(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("the collector did not become healthy")
+
+
+__all__ = ["run"]
