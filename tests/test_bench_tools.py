@@ -1,0 +1,21 @@
+"""The ingest benchmark's load generator against a real collector (the measuring is `gpuscope bench`)."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+
+from gpuscope.bench import ingest
+from gpuscope.bench.loadgen import push_all
+from tests.conftest import RunningCollector, count_rows
+
+
+def test_load_generator_delivers_every_batch_in_order_once(collector: RunningCollector, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(ingest, "NODES", 6)
+    monkeypatch.setattr(ingest, "BATCHES_PER_NODE", 3)
+    nodes = ingest._batches()
+    url = urllib.parse.urlsplit(collector.url)
+    result = asyncio.run(push_all(url.hostname or "", url.port or 0, collector.token, nodes, concurrency=4))
+    assert result.statuses == {200: 18} and result.failures == 0
+    assert result.rows == 18 * 80 == count_rows(collector.dsn, "gpu_sample")
+    assert count_rows(collector.dsn, "ingest_batch") == 18
