@@ -12,22 +12,55 @@ from gpuscope.tokens import TokenError, read_token_file
 log = logging.getLogger(__name__)
 
 
+ANY_NODE = "*"
+
+
 class TokenAuth:
-    def __init__(self, tokens: list[str]) -> None:
-        if not tokens or any(len(t) < 16 for t in tokens):
+    """Bearer tokens: shared ones (any node may use them) and per-node ones (valid for one node only)."""
+
+    def __init__(self, tokens: list[str], node_tokens: dict[str, str] | None = None) -> None:
+        entries = [(t, ANY_NODE) for t in tokens] + [(t, node) for node, t in (node_tokens or {}).items()]
+        if not entries or any(len(t) < 16 for t, _ in entries):
             raise TokenError("tokens must be at least 16 characters long")
-        self._tokens = [t.encode() for t in tokens]
+        self._entries = [(t.encode(), node) for t, node in entries]
+
+    def identify(self, authorization: str | None) -> str | None:
+        """The node the offered token is for (ANY_NODE for a shared token), or None if it is no token of ours."""
+        scheme, _, credential = (authorization or "").partition(" ")
+        offered = credential.strip().encode() if scheme.lower() == "bearer" else b""
+        # Compare against every token, always, so timing says nothing about which (if any) matched.
+        found = None
+        for token, node in self._entries:
+            if hmac.compare_digest(offered, token):
+                found = node
+        return found
 
     def verify(self, authorization: str | None) -> bool:
-        scheme, _, credential = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        offered = credential.strip().encode()
-        # Compare against every token, always, so timing says nothing about which (if any) matched.
-        matched = False
-        for token in self._tokens:
-            matched |= hmac.compare_digest(offered, token)
-        return matched
+        return self.identify(authorization) is not None
+
+
+def read_node_tokens(path: Path) -> dict[str, str]:
+    """A per-node tokens file: one 'NODE TOKEN' pair per line; blank lines and # comments ignored."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise TokenError(f"cannot read node tokens file {path}: {exc.strerror}") from None
+    tokens: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if len(fields) != 2:
+            raise TokenError(f"{path}:{number}: expected 'NODE TOKEN'")
+        node, token = fields
+        if node in tokens:
+            raise TokenError(f"{path}:{number}: node {node!r} listed twice")
+        tokens[node] = token
+    if not tokens:
+        raise TokenError(f"{path} lists no node tokens")
+    if path.stat().st_mode & 0o077:
+        log.warning("node tokens file %s is readable by other users; chmod 600 it", path)
+    return tokens
 
 
 def token_or_generate(token_file: Path | None, data_dir: Path) -> str:

@@ -8,11 +8,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import psycopg
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from psycopg_pool import AsyncConnectionPool
 from starlette.concurrency import run_in_threadpool
 
 from collector.api import health, ingest, read
+from collector.api.deps import require_read_token
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
 from collector.store import allocations
@@ -22,7 +23,13 @@ from collector.store.pools import open_read_pool
 log = logging.getLogger(__name__)
 
 
-def create_app(dsn: str, auth: TokenAuth, max_body_bytes: int = 32 * 2**20, max_concurrent_writes: int = 8) -> FastAPI:
+def create_app(
+    dsn: str,
+    auth: TokenAuth,
+    max_body_bytes: int = 32 * 2**20,
+    max_concurrent_writes: int = 8,
+    read_auth: TokenAuth | None = None,
+) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(migrate, dsn)
@@ -31,6 +38,7 @@ def create_app(dsn: str, auth: TokenAuth, max_body_bytes: int = 32 * 2**20, max_
         read_pool = await run_in_threadpool(open_read_pool, dsn)
         app.state.ingest_pool = ingest_pool
         app.state.read_pool = read_pool
+        app.state.read_auth = read_auth
         app.state.ingest = IngestState(
             auth=auth, max_body_bytes=max_body_bytes, write_slots=asyncio.Semaphore(max_concurrent_writes)
         )
@@ -49,7 +57,7 @@ def create_app(dsn: str, auth: TokenAuth, max_body_bytes: int = 32 * 2**20, max_
         lifespan=lifespan,
     )
     app.include_router(ingest.router)
-    app.include_router(read.router)
+    app.include_router(read.router, dependencies=[Depends(require_read_token)])
     app.include_router(health.router)
     return app
 

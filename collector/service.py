@@ -11,11 +11,12 @@ from collections.abc import Iterator
 import uvicorn
 from fastapi import FastAPI
 
-from collector.auth import TokenAuth, token_or_generate
+from collector.auth import TokenAuth, read_node_tokens, token_or_generate
 from collector.embedded_pg import EmbeddedPostgres
 from collector.main import create_app
 from collector.settings import CollectorSettings
 from gpuscope.listen import parse_listen
+from gpuscope.tokens import read_token_file
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,11 @@ def run(settings: CollectorSettings) -> None:
     token = token_or_generate(settings.token_file, settings.data_dir)
     host, port = parse_listen(settings.listen)
     with database(settings) as dsn:
-        app = create_app(dsn, TokenAuth([token]), settings.max_body_bytes, settings.max_concurrent_writes)
+        node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
+        read_auth = TokenAuth([read_token_file(settings.read_token_file)]) if settings.read_token_file else None
+        app = create_app(
+            dsn, TokenAuth([token], node_tokens), settings.max_body_bytes, settings.max_concurrent_writes, read_auth
+        )
         log.info("collector listening on %s:%d", host, port)
         uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
 

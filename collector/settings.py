@@ -31,5 +31,7 @@ class CollectorSettings(BaseSettings):
     db: SecretStr | None = None  # a DSN carries a password: never printed
     data_dir: Path = default_data_dir()
     token_file: Path | None = None
+    node_tokens_file: Path | None = None  # 'NODE TOKEN' per line: a token valid for one node only
+    read_token_file: Path | None = None  # when set, the read API requires this bearer token
     max_body_bytes: int = 32 * 2**20
     max_concurrent_writes: int = 8

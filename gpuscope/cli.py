@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument("--db", help="PostgreSQL DSN (default: embedded server in --data-dir)")
     collector.add_argument("--data-dir", type=Path)
     collector.add_argument("--token-file", type=Path, help="ingest bearer token (default: generated in --data-dir)")
+    collector.add_argument("--node-tokens-file", type=Path, help="per-node ingest tokens, 'NODE TOKEN' per line")
+    collector.add_argument("--read-token-file", type=Path, help="require this bearer token on the read API")
     collector.set_defaults(run=_run_collector)
 
     dashboard = commands.add_parser("dashboard", help="the web UI")
@@ -133,6 +135,8 @@ def _run_collector(args: argparse.Namespace) -> None:
             "db": args.db,
             "data_dir": args.data_dir,
             "token_file": args.token_file,
+            "node_tokens_file": args.node_tokens_file,
+            "read_token_file": args.read_token_file,
         }.items()
         if value is not None
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from collector.ingest.state import IngestState
@@ -29,3 +29,10 @@ async def get_ingest_state(request: Request) -> IngestState:
 IngestPoolDep = Annotated[AsyncConnectionPool, Depends(get_ingest_pool)]
 ReadPoolDep = Annotated[ConnectionPool[Any], Depends(get_read_pool)]
 IngestStateDep = Annotated[IngestState, Depends(get_ingest_state)]
+
+
+async def require_read_token(request: Request) -> None:
+    """When the collector was given a read token, the read API wants it too."""
+    auth = request.app.state.read_auth
+    if auth is not None and not auth.verify(request.headers.get("authorization")):
+        raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})

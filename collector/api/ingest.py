@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from collector.api.deps import IngestPoolDep, IngestStateDep
+from collector.auth import ANY_NODE
 from collector.ingest.wire import IngestError, decode, decompress
 from collector.store.writer import store_batch
 
@@ -29,6 +30,7 @@ RETRY_AFTER_S = "2"
         200: {"description": "Stored durably (or recognised as a retry of a stored batch)"},
         400: {"description": "Body is not valid JSON or gzip"},
         401: {"description": "Missing or wrong bearer token"},
+        403: {"description": "A per-node token used for another node"},
         413: {"description": "Body too large"},
         415: {"description": "Unsupported Content-Encoding"},
         422: {"description": "A field breaks a rule; `detail[].loc` names it"},
@@ -37,7 +39,8 @@ RETRY_AFTER_S = "2"
 )
 async def push_samples(request: Request, pool: IngestPoolDep, state: IngestStateDep) -> JSONResponse:
     started = time.perf_counter()
-    if not state.auth.verify(request.headers.get("authorization")):
+    allowed_node = state.auth.identify(request.headers.get("authorization"))
+    if allowed_node is None:
         state.metrics.batches.labels("unauthorized").inc()
         return JSONResponse(
             {"detail": "missing or invalid bearer token"}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
@@ -50,6 +53,12 @@ async def push_samples(request: Request, pool: IngestPoolDep, state: IngestState
         state.metrics.batches.labels("rejected").inc()
         log.info("rejected batch from %s: %s", request.client.host if request.client else "?", exc)
         return JSONResponse({"detail": exc.detail()}, status_code=exc.status)
+
+    if allowed_node not in (ANY_NODE, batch.node):
+        state.metrics.batches.labels("forbidden").inc()
+        return JSONResponse(
+            {"detail": [{"loc": ["source", "node"], "msg": "this token is not valid for that node"}]}, status_code=403
+        )
 
     try:
         await asyncio.wait_for(state.write_slots.acquire(), WRITE_SLOT_WAIT_S)

@@ -294,3 +294,60 @@ def test_nvml_batch_with_every_metric_is_stored(collector: RunningCollector) -> 
             "SELECT count(nvlink_tx_bytes), max(remap_failure), max(throttle_power_s) FROM gpu_sample"
         ).fetchone()
     assert row == (4, 0, 0.0)
+
+
+def test_per_node_token_is_valid_for_its_node_only(dsn: str) -> None:
+    from collector.auth import TokenAuth
+    from collector.main import create_app
+    from collector.service import BackgroundServer
+
+    shared, mine = "shared-token-0123456789", "node-000-token-0123456789"
+    server = BackgroundServer(create_app(dsn, TokenAuth([shared], {"node-000": mine})), "127.0.0.1", 0)
+    server.start()
+    try:
+        running = RunningCollector(url=f"http://127.0.0.1:{server.port}", token=mine, dsn=dsn)
+        assert post(running, make_batch(seq=1)).status_code == 200  # make_batch reports node-000
+        other = make_batch(seq=2)
+        other["source"]["node"] = "node-001"
+        refused = post(running, other)
+        assert refused.status_code == 403 and refused.json()["detail"][0]["loc"] == ["source", "node"]
+        assert post(running, other, token=shared).status_code == 200
+    finally:
+        server.stop()
+    assert count_rows(dsn, "ingest_batch") == 2
+
+
+def test_read_api_can_require_a_token(dsn: str) -> None:
+    from collector.auth import TokenAuth
+    from collector.main import create_app
+    from collector.service import BackgroundServer
+
+    reader = "read-token-0123456789abc"
+    server = BackgroundServer(create_app(dsn, TokenAuth(["x" * 20]), read_auth=TokenAuth([reader])), "127.0.0.1", 0)
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/api/v1/rack-power"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer wrong-wrong-wrong-wrong"}).status_code == 401
+        assert httpx.get(url, headers={"Authorization": f"Bearer {reader}"}).status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{server.port}/healthz").status_code == 200, "health stays open"
+    finally:
+        server.stop()
+
+
+def test_node_tokens_file_rules(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from collector.auth import read_node_tokens
+    from gpuscope.tokens import TokenError
+
+    good = tmp_path / "tokens"
+    good.write_text("# node token\nnode-1 aaaaaaaaaaaaaaaaaaaa\n\nnode-2 bbbbbbbbbbbbbbbbbbbb\n")
+    assert read_node_tokens(good) == {"node-1": "a" * 20, "node-2": "b" * 20}
+    for text, message in (
+        ("node-1\n", "expected 'NODE TOKEN'"),
+        ("n t1111111111111111\nn t2222222222222222\n", "twice"),
+        ("# nothing\n", "no node tokens"),
+    ):
+        bad = tmp_path / "bad"
+        bad.write_text(text)
+        with pytest.raises(TokenError, match=message):
+            read_node_tokens(bad)
