@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import psycopg
 from fastapi import Depends, FastAPI
@@ -16,7 +18,7 @@ from collector.api import health, ingest, read
 from collector.api.deps import require_read_token
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
-from collector.store import allocations
+from collector.store import allocations, partitions
 from collector.store.migrate import migrate
 from collector.store.pools import open_read_pool
 
@@ -29,20 +31,26 @@ def create_app(
     max_body_bytes: int = 32 * 2**20,
     max_concurrent_writes: int = 8,
     read_auth: TokenAuth | None = None,
+    retention: timedelta = timedelta(days=30),
 ) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(migrate, dsn)
         ingest_pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_concurrent_writes, open=False)
         await ingest_pool.open(wait=True, timeout=30)  # fail start-up fast if the database is away
+        async with ingest_pool.connection() as conn:
+            await partitions.maintain(conn, retention)  # today's partitions exist before the first batch
         read_pool = await run_in_threadpool(open_read_pool, dsn)
         app.state.ingest_pool = ingest_pool
         app.state.read_pool = read_pool
         app.state.read_auth = read_auth
         app.state.ingest = IngestState(
-            auth=auth, max_body_bytes=max_body_bytes, write_slots=asyncio.Semaphore(max_concurrent_writes)
+            auth=auth,
+            max_body_bytes=max_body_bytes,
+            write_slots=asyncio.Semaphore(max_concurrent_writes),
+            retention_s=retention.total_seconds(),
         )
-        expiry = asyncio.create_task(_expire_allocations(ingest_pool), name="allocation-expiry")
+        expiry = asyncio.create_task(_maintenance(ingest_pool, retention), name="maintenance")
         try:
             yield
         finally:
@@ -62,14 +70,20 @@ def create_app(
     return app
 
 
-async def _expire_allocations(pool: AsyncConnectionPool, every_s: float = 60.0) -> None:
-    """Close allocations whose exporter stopped reporting (every collector may run this: it is idempotent)."""
+async def _maintenance(pool: AsyncConnectionPool, retention: timedelta, every_s: float = 60.0) -> None:
+    """Close allocations whose exporter went quiet (every minute); partitions ahead and retention (hourly).
+    Every collector replica may run this: each step is idempotent."""
+    last_partitions = time.monotonic()
     while True:
+        await asyncio.sleep(every_s)
         try:
             async with pool.connection() as conn:
                 closed = await allocations.expire_stale(conn)
-            if closed:
-                log.info("closed %d stale job allocations", closed)
+                if closed:
+                    log.info("closed %d stale job allocations", closed)
+            if time.monotonic() - last_partitions >= 3600:
+                async with pool.connection() as conn:
+                    await partitions.maintain(conn, retention)
+                last_partitions = time.monotonic()
         except psycopg.Error as exc:
-            log.warning("expiring stale allocations failed: %s", exc)
-        await asyncio.sleep(every_s)
+            log.warning("maintenance failed (will retry): %s", exc)

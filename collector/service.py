@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import uvicorn
 from fastapi import FastAPI
@@ -38,7 +39,12 @@ def run(settings: CollectorSettings) -> None:
         node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
         read_auth = TokenAuth([read_token_file(settings.read_token_file)]) if settings.read_token_file else None
         app = create_app(
-            dsn, TokenAuth([token], node_tokens), settings.max_body_bytes, settings.max_concurrent_writes, read_auth
+            dsn,
+            TokenAuth([token], node_tokens),
+            settings.max_body_bytes,
+            settings.max_concurrent_writes,
+            read_auth,
+            timedelta(days=settings.retention_days),
         )
         log.info("collector listening on %s:%d", host, port)
         uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)

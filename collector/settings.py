@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Exporters on every node push here, so the production default listens on all interfaces.
@@ -35,3 +35,4 @@ class CollectorSettings(BaseSettings):
     read_token_file: Path | None = None  # when set, the read API requires this bearer token
     max_body_bytes: int = 32 * 2**20
     max_concurrent_writes: int = 8
+    retention_days: float = Field(default=30.0, gt=0)  # raw samples older than this are dropped, day by day

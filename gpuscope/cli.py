@@ -77,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument("--data-dir", type=Path)
     collector.add_argument("--token-file", type=Path, help="ingest bearer token (default: generated in --data-dir)")
     collector.add_argument("--node-tokens-file", type=Path, help="per-node ingest tokens, 'NODE TOKEN' per line")
+    collector.add_argument("--retention-days", type=_positive_float, help="keep raw samples this long (default 30)")
     collector.add_argument("--read-token-file", type=Path, help="require this bearer token on the read API")
     collector.set_defaults(run=_run_collector)
 
@@ -137,6 +138,7 @@ def _run_collector(args: argparse.Namespace) -> None:
             "token_file": args.token_file,
             "node_tokens_file": args.node_tokens_file,
             "read_token_file": args.read_token_file,
+            "retention_days": args.retention_days,
         }.items()
         if value is not None
     }

@@ -48,7 +48,8 @@ async def push_samples(request: Request, pool: IngestPoolDep, state: IngestState
     try:
         body = await _read_body(request, state.max_body_bytes)
         raw = decompress(body, request.headers.get("content-encoding"), state.max_body_bytes * 8)
-        batch = decode(raw, now=time.time())
+        now = time.time()
+        batch = decode(raw, now=now, oldest=now - state.retention_s)
     except IngestError as exc:
         state.metrics.batches.labels("rejected").inc()
         log.info("rejected batch from %s: %s", request.client.host if request.client else "?", exc)

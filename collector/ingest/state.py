@@ -28,6 +28,7 @@ class IngestState:
     auth: TokenAuth
     max_body_bytes: int
     write_slots: asyncio.Semaphore
+    retention_s: float = 30 * 86400.0
     registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
     cache: InventoryCache = field(default_factory=InventoryCache)
 

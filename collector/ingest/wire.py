@@ -103,7 +103,8 @@ def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
     return out
 
 
-def decode(raw: bytes, now: float) -> Batch:
+def decode(raw: bytes, now: float, oldest: float = MIN_TIMESTAMP) -> Batch:
+    """`oldest`: samples before this (the retention horizon) are refused, as they would be dropped anyway."""
     doc = _parse_json(raw)
     if not isinstance(doc, dict):
         raise IngestError(422, (), "body must be a JSON object")
@@ -133,7 +134,7 @@ def decode(raw: bytes, now: float) -> Batch:
         "gpu",
         GPU_COLUMNS,
         {g.index for g in gpus},
-        now,
+        (oldest, now),
         ignored,
         jobs,
     )
@@ -143,7 +144,7 @@ def decode(raw: bytes, now: float) -> Batch:
         "port",
         PORT_COLUMNS,
         set(range(len(ports))),
-        now,
+        (oldest, now),
         ignored,
     )
     return Batch(
@@ -253,7 +254,7 @@ def _samples(
     device_key: str,
     columns: Sequence[Column],
     devices: set[int],
-    now: float,
+    window: tuple[float, float],
     ignored: set[str],
     jobs: tuple[JobRef, ...] | None = None,
 ) -> Samples:
@@ -263,12 +264,13 @@ def _samples(
     rows = len(ts)
     if rows > MAX_ROWS:
         raise IngestError(413, (*loc, "ts"), f"at most {MAX_ROWS} rows per batch")
+    oldest, now = window
     _check_range(
         ts,
         (*loc, "ts"),
-        MIN_TIMESTAMP,
+        max(oldest, MIN_TIMESTAMP),
         now + MAX_FUTURE_SECONDS,
-        f"a timestamp after 2000-01-01 and at most {MAX_FUTURE_SECONDS:.0f} s in the future",
+        f"a timestamp within the retention period and at most {MAX_FUTURE_SECONDS:.0f} s in the future",
     )
     device = _numbers(_require(obj, device_key, list, loc), (*loc, device_key), nullable=False, length=rows)
     unknown = ~np.isin(device, np.fromiter(devices, dtype=np.float64, count=len(devices)))

@@ -23,8 +23,8 @@ def available() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-def migrate(dsn: str) -> list[int]:
-    """Bring the schema up to date; returns the versions applied now."""
+def migrate(dsn: str, up_to: int | None = None) -> list[int]:
+    """Bring the schema up to date (or to version `up_to`, for upgrade tests); returns the versions applied now."""
     applied_now = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
@@ -36,7 +36,7 @@ def migrate(dsn: str) -> list[int]:
             )
             done = {row[0] for row in conn.execute("SELECT version FROM schema_migration")}
             for version, name, sql in available():
-                if version in done:
+                if version in done or (up_to is not None and version > up_to):
                     continue
                 with conn.transaction():
                     conn.execute(sql.encode())

@@ -7,6 +7,7 @@ before and nothing else is written. Either everything in a batch is committed or
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from collector.ingest.wire import Batch, Samples
-from collector.store import allocations
+from collector.store import allocations, partitions
 from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 from collector.store.copy_binary import CopyColumn
 from collector.store.copy_binary import encode as encode_copy
@@ -37,6 +38,7 @@ class InventoryCache:
         self.nodes: dict[tuple[str, str, str], int] = {}
         self.gpus: dict[tuple[int, int, str, str, str], int] = {}
         self.ports: dict[tuple[int, str, int], int] = {}
+        self.partition_days: set[date] = set()  # days whose sample partitions are known to exist
 
 
 # Cache insertions to apply once the transaction commits: (cache table, key, id).
@@ -44,6 +46,7 @@ PendingEntries = list[tuple[dict[Any, int], Any, int]]
 
 
 async def store_batch(pool: AsyncConnectionPool, batch: Batch, cache: InventoryCache) -> StoreResult:
+    await _ensure_partitions(pool, batch, cache)
     new_entries: PendingEntries = []
     async with pool.connection() as conn, conn.transaction():
         node_id = await _node_id(conn, batch, cache, new_entries)
@@ -67,6 +70,20 @@ async def store_batch(pool: AsyncConnectionPool, batch: Batch, cache: InventoryC
     for table, key, value in new_entries:
         table[key] = value
     return StoreResult(duplicate=False, gpu_rows=len(batch.gpu_samples), port_rows=len(batch.port_samples))
+
+
+async def _ensure_partitions(pool: AsyncConnectionPool, batch: Batch, cache: InventoryCache) -> None:
+    """Late or early data may need a day's partition that maintenance has not made: make it first, in a
+    transaction of its own (DDL would hold the batch's locks longer than it should)."""
+    stamps = np.concatenate([batch.gpu_samples.ts, batch.port_samples.ts])
+    if stamps.size == 0:
+        return
+    days = {partitions.day_of(float(t)) for t in np.unique(np.floor(stamps / 86400) * 86400)}
+    missing = days - cache.partition_days
+    if missing:
+        async with pool.connection() as conn, conn.transaction():
+            await partitions.ensure(conn, missing)
+        cache.partition_days |= missing
 
 
 async def _node_id(conn: AsyncConnection[Any], batch: Batch, cache: InventoryCache, new: PendingEntries) -> int:

@@ -16,6 +16,10 @@ T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 @pytest.fixture
 def conn(dsn: str):  # type: ignore[no-untyped-def]
     with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(
+            "CREATE TABLE gpu_sample_p20261101 PARTITION OF gpu_sample"
+            " FOR VALUES FROM ('2026-11-01 00:00+00') TO ('2026-11-02 00:00+00')"
+        )
         # Two racks; rack-b's node is inserted first so ordering cannot come from insertion order.
         for node_id, rack, node in ((1, "rack-b", "n2"), (2, "rack-a", "n1")):
             connection.execute(
