@@ -1,4 +1,4 @@
-"""Builds the collector's FastAPI app; the pools are opened and closed in its lifespan."""
+"""Builds the collector app (FastAPI behind the ingest fast path); the pools open and close in its lifespan."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from collector.api import health, ingest, read
 from collector.api.deps import require_read_token
+from collector.api.fast_ingest import FastIngest
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
 from collector.store import allocations, partitions
@@ -32,7 +33,7 @@ def create_app(
     max_concurrent_writes: int = 8,
     read_auth: TokenAuth | None = None,
     retention: timedelta = timedelta(days=30),
-) -> FastAPI:
+) -> FastIngest:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(migrate, dsn)
@@ -67,7 +68,7 @@ def create_app(
     app.include_router(ingest.router)
     app.include_router(read.router, dependencies=[Depends(require_read_token)])
     app.include_router(health.router)
-    return app
+    return FastIngest(app)  # the ingest route's fast path in front of everything FastAPI serves
 
 
 async def _maintenance(pool: AsyncConnectionPool, retention: timedelta, every_s: float = 60.0) -> None:

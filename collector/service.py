@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from collector.auth import TokenAuth, read_node_tokens, token_or_generate
 from collector.embedded_pg import EmbeddedPostgres
@@ -53,7 +53,7 @@ def run(settings: CollectorSettings) -> None:
 class BackgroundServer:
     """Uvicorn in a thread, for the demo and tests: start() returns once it accepts connections."""
 
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)

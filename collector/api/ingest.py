@@ -18,6 +18,7 @@ from collector.store.writer import store_batch
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
+INGEST_PATH = "/api/v1/samples"
 
 WRITE_SLOT_WAIT_S = 5.0
 RETRY_AFTER_S = "2"
