@@ -20,6 +20,7 @@ from collector.api.fast_ingest import FastIngest
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
 from collector.store import allocations, partitions
+from collector.store.group_writer import MAX_GROUP, GroupWriter
 from collector.store.migrate import migrate
 from collector.store.pools import open_read_pool
 
@@ -48,14 +49,19 @@ def create_app(
         app.state.ingest = IngestState(
             auth=auth,
             max_body_bytes=max_body_bytes,
-            write_slots=asyncio.Semaphore(max_concurrent_writes),
+            # Batches waiting for the group writer; beyond this the collector answers 503 (back-pressure).
+            write_slots=asyncio.Semaphore(max_concurrent_writes * MAX_GROUP),
             retention_s=retention.total_seconds(),
+        )
+        app.state.ingest.writer = GroupWriter(
+            ingest_pool, app.state.ingest.cache, writers=max(1, max_concurrent_writes // 2)
         )
         expiry = asyncio.create_task(_maintenance(ingest_pool, retention), name="maintenance")
         try:
             yield
         finally:
             expiry.cancel()
+            await app.state.ingest.writer.close()
             await ingest_pool.close()
             read_pool.close()
 

@@ -68,7 +68,7 @@ async def push_samples(request: Request, pool: IngestPoolDep, state: IngestState
         state.metrics.batches.labels("saturated").inc()
         return _unavailable("write path saturated")
     try:
-        result = await store_batch(pool, batch, state.cache)
+        result = await state.writer.store(batch) if state.writer else await store_batch(pool, batch, state.cache)
     except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
         state.metrics.batches.labels("db_unavailable").inc()
         log.warning("database unavailable while storing a batch: %s", exc)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from collector.auth import TokenAuth
+from collector.store.group_writer import GroupWriter
 from collector.store.writer import InventoryCache
 
 
@@ -29,6 +30,7 @@ class IngestState:
     max_body_bytes: int
     write_slots: asyncio.Semaphore
     retention_s: float = 30 * 86400.0
+    writer: GroupWriter | None = None  # set once the pool is open (lifespan)
     registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
     cache: InventoryCache = field(default_factory=InventoryCache)
 

@@ -46,30 +46,67 @@ PendingEntries = list[tuple[dict[Any, int], Any, int]]
 
 
 async def store_batch(pool: AsyncConnectionPool, batch: Batch, cache: InventoryCache) -> StoreResult:
-    await _ensure_partitions(pool, batch, cache)
+    return (await store_batches(pool, [batch], cache))[0]
+
+
+async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: InventoryCache) -> list[StoreResult]:
+    """Store several batches in one transaction with one COPY per table (group commit): the per-batch
+    cost of a transaction and of a COPY is shared. Results are in the order of `batches`."""
+    for batch in batches:
+        await _ensure_partitions(pool, batch, cache)
     new_entries: PendingEntries = []
     async with pool.connection() as conn, conn.transaction():
-        node_id = await _node_id(conn, batch, cache, new_entries)
-        gpu_ids = await _gpu_ids(conn, node_id, batch, cache, new_entries)
-        port_ids = await _port_ids(conn, node_id, batch, cache, new_entries)
-        inserted = await conn.execute(
-            "INSERT INTO ingest_batch (exporter_id, seq, node_id, gpu_rows, port_rows)"
-            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-            (batch.exporter_id, batch.seq, node_id, len(batch.gpu_samples), len(batch.port_samples)),
-        )
-        if await inserted.fetchone() is None:
-            return StoreResult(duplicate=True, gpu_rows=0, port_rows=0)
-        gpu_index_to_id = np.zeros(max(gpu_ids, default=0) + 1, dtype=np.int64)
-        for index, gpu_id in gpu_ids.items():
-            gpu_index_to_id[index] = gpu_id
-        await _copy(conn, "gpu_sample", "gpu_id", GPU_COLUMNS, batch.gpu_samples, gpu_index_to_id)
-        await _copy(
-            conn, "ib_port_sample", "port_id", PORT_COLUMNS, batch.port_samples, np.array(port_ids, dtype=np.int64)
-        )
-        await allocations.record(conn, node_id, gpu_ids, batch)
+        ids = []
+        for batch in batches:
+            node_id = await _node_id(conn, batch, cache, new_entries)
+            gpu_ids = await _gpu_ids(conn, node_id, batch, cache, new_entries)
+            port_ids = await _port_ids(conn, node_id, batch, cache, new_entries)
+            ids.append((node_id, gpu_ids, port_ids))
+        fresh = await _mark_batches(conn, batches, [node_id for node_id, _, _ in ids])
+        gpu_parts, port_parts = [], []
+        for batch, (_, gpu_ids, port_ids), is_fresh in zip(batches, ids, fresh, strict=True):
+            if is_fresh:
+                gpu_index_to_id = np.zeros(max(gpu_ids, default=0) + 1, dtype=np.int64)
+                for index, gpu_id in gpu_ids.items():
+                    gpu_index_to_id[index] = gpu_id
+                gpu_parts.append((batch.gpu_samples, gpu_index_to_id))
+                port_parts.append((batch.port_samples, np.array(port_ids, dtype=np.int64)))
+        await _copy(conn, "gpu_sample", "gpu_id", GPU_COLUMNS, gpu_parts)
+        await _copy(conn, "ib_port_sample", "port_id", PORT_COLUMNS, port_parts)
+        for batch, (node_id, gpu_ids, _), is_fresh in zip(batches, ids, fresh, strict=True):
+            if is_fresh:
+                await allocations.record(conn, node_id, gpu_ids, batch)
     for table, key, value in new_entries:
         table[key] = value
-    return StoreResult(duplicate=False, gpu_rows=len(batch.gpu_samples), port_rows=len(batch.port_samples))
+    return [
+        StoreResult(duplicate=False, gpu_rows=len(b.gpu_samples), port_rows=len(b.port_samples))
+        if is_fresh
+        else StoreResult(duplicate=True, gpu_rows=0, port_rows=0)
+        for b, is_fresh in zip(batches, fresh, strict=True)
+    ]
+
+
+async def _mark_batches(conn: AsyncConnection[Any], batches: list[Batch], node_ids: list[int]) -> list[bool]:
+    """Insert the (exporter_id, seq) markers; True for each batch not stored before (nor earlier in the list)."""
+    cur = await conn.execute(
+        "INSERT INTO ingest_batch (exporter_id, seq, node_id, gpu_rows, port_rows)"
+        " SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::int[], %s::int[], %s::int[])"
+        " ON CONFLICT DO NOTHING RETURNING exporter_id, seq",
+        (
+            [b.exporter_id for b in batches],
+            [b.seq for b in batches],
+            node_ids,
+            [len(b.gpu_samples) for b in batches],
+            [len(b.port_samples) for b in batches],
+        ),
+    )
+    inserted = {(row[0], row[1]) for row in await cur.fetchall()}
+    fresh = []
+    for batch in batches:
+        key = (batch.exporter_id, batch.seq)
+        fresh.append(key in inserted)
+        inserted.discard(key)  # the same batch twice in one group: the first copy is the one stored
+    return fresh
 
 
 async def _ensure_partitions(pool: AsyncConnectionPool, batch: Batch, cache: InventoryCache) -> None:
@@ -161,19 +198,26 @@ async def _copy(
     table: str,
     id_column: str,
     columns: tuple[Column, ...],
-    samples: Samples,
-    device_to_id: np.ndarray,
+    parts: list[tuple[Samples, np.ndarray]],
 ) -> None:
-    if len(samples) == 0:
+    """One binary COPY of the rows of every (samples, device index -> id) part."""
+    parts = [(samples, ids) for samples, ids in parts if len(samples)]
+    if not parts:
         return
-    present = [c for c in columns if c.key in samples.values]
-    copy_columns = [CopyColumn("timestamptz", samples.ts), CopyColumn("int4", device_to_id[samples.device])]
+    with_up = parts[0][0].up is not None
+    present = [c for c in columns if any(c.key in samples.values for samples, _ in parts)]
+    copy_columns = [
+        CopyColumn("timestamptz", np.concatenate([samples.ts for samples, _ in parts])),
+        CopyColumn("int4", np.concatenate([ids[samples.device] for samples, ids in parts])),
+    ]
     names = ["ts", id_column]
-    if samples.up is not None:
-        copy_columns.append(CopyColumn("bool", samples.up))
+    if with_up:
+        copy_columns.append(CopyColumn("bool", np.concatenate([samples.up for samples, _ in parts])))
         names.append("up")
-    copy_columns += [CopyColumn(c.pg_type, samples.values[c.key]) for c in present]
-    names += [c.key for c in present]
+    for column in present:
+        values = [samples.values.get(column.key, np.full(len(samples), np.nan)) for samples, _ in parts]
+        copy_columns.append(CopyColumn(column.pg_type, np.concatenate(values)))
+        names.append(column.key)
     stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
         sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, names))
     )
