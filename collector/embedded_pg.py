@@ -95,7 +95,7 @@ class EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb(bin_dir)
-        self.port = _free_port()
+        self.port = self.port or _free_port()  # a restart keeps its address: clients reconnect to it
         args = [
             str(bin_dir / "postgres"),
             "-D",

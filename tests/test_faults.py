@@ -1,0 +1,132 @@
+"""Faults while exporters keep pushing: the collector killed with SIGKILL, PostgreSQL restarted.
+Rows stored must equal rows produced, with no duplicates."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from collector.embedded_pg import EmbeddedPostgres
+from exporter.node_exporter import ExporterConfig, NodeExporter
+from exporter.sim import JobSchedule, SimNodeSource, build_topology
+from tests.conftest import FAST_UNSAFE
+from tests.exporter.test_spool import free_port, stored_rows
+
+TOKEN = "fault-token-0123456789"
+GPUS = 4
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[EmbeddedPostgres]:
+    """A server of this test's own: it gets restarted."""
+    data_dir = Path(tempfile.mkdtemp(prefix="gpuscope-fault-pg-"))
+    server = EmbeddedPostgres(data_dir, settings=FAST_UNSAFE)
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def start_collector(dsn: str, port: int, token_file: Path) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuscope.cli",
+            "collector",
+            "--db",
+            dsn,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--token-file",
+            str(token_file),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("collector did not start")
+
+
+def exporters(port: int, spool: Path, nodes: int = 3) -> list[NodeExporter]:
+    topology = build_topology(nodes, GPUS, 1, cluster="fault")
+    schedule = JobSchedule(topology, 5)
+    return [
+        NodeExporter(
+            SimNodeSource(node, schedule, 5),
+            ExporterConfig(
+                node.cluster,
+                node.rack,
+                node.name,
+                interval=0.05,
+                push_url=f"http://127.0.0.1:{port}",
+                token=TOKEN,
+                spool_dir=spool / node.name,
+                max_snapshots_per_batch=5,
+            ),
+        )
+        for node in topology
+    ]
+
+
+def run_through(fault, dsn: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    port = free_port()
+    collector = start_collector(dsn, port, token_file)
+    nodes = exporters(port, tmp_path / "spool")
+    for node in nodes:
+        node.start()
+    try:
+        time.sleep(1.0)
+        collector = fault(collector, lambda: start_collector(dsn, port, token_file))
+        time.sleep(2.0)
+    finally:
+        for node in nodes:
+            node.stop(flush_seconds=20)
+        collector.send_signal(signal.SIGTERM)
+        collector.wait(30)
+    produced = sum(node.sampler.cycles for node in nodes) * GPUS
+    assert produced > 0
+    assert sum(node.pusher.stats.failures for node in nodes if node.pusher) > 0, "the fault must have been felt"
+    assert stored_rows(dsn) == (produced, produced), "every produced row stored exactly once"
+
+
+def test_collector_killed_mid_ingest(private_postgres: EmbeddedPostgres, tmp_path: Path) -> None:
+    def kill_and_restart(collector, restart):  # type: ignore[no-untyped-def]
+        collector.send_signal(signal.SIGKILL)  # no shutdown of any kind: in-flight requests die with it
+        collector.wait(10)
+        time.sleep(1.0)
+        return restart()
+
+    run_through(kill_and_restart, private_postgres.dsn, tmp_path)
+
+
+def test_postgres_restarted_mid_ingest(private_postgres: EmbeddedPostgres, tmp_path: Path) -> None:
+    def restart_database(collector, _restart):  # type: ignore[no-untyped-def]
+        private_postgres.stop()
+        time.sleep(1.0)
+        private_postgres.start()
+        return collector
+
+    run_through(restart_database, private_postgres.dsn, tmp_path)
+    with psycopg.connect(private_postgres.dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM node").fetchone() == (3,)
