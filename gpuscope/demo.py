@@ -9,13 +9,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import signal
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 from collector.auth import TokenAuth
 from collector.embedded_pg import EmbeddedPostgres
@@ -26,6 +24,7 @@ from dashboard.app import create_app as create_dashboard_app
 from dashboard.server import DashboardServer
 from exporter.node_exporter import ExporterConfig, NodeExporter
 from exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_topology
+from gpuscope.signals import stop_on_signals
 
 log = logging.getLogger("gpuscope.demo")
 HOST = "127.0.0.1"
@@ -45,8 +44,7 @@ class DemoOptions:
 
 
 def run_demo(options: DemoOptions) -> None:
-    stop = threading.Event()
-    _stop_on_signals(stop)
+    stop = stop_on_signals()
     with contextlib.ExitStack() as stack:
         data_dir = options.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscope-demo-")))
         pg = EmbeddedPostgres(data_dir)
@@ -123,13 +121,3 @@ def _stop_all(exporters: list[NodeExporter]) -> None:
         thread.start()
     for thread in threads:
         thread.join(15)
-
-
-def _stop_on_signals(stop: threading.Event) -> None:
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-        # A second Ctrl-C while shutting down falls back to the default: stop now.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)

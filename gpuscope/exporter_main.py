@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import threading
-from types import FrameType
 
 from exporter.jobs.base import JobSource
 from exporter.jobs.select import open_jobs
@@ -14,6 +11,7 @@ from exporter.node_exporter import ExporterConfig, NodeExporter
 from exporter.sim import JobSchedule, NodeSpec, SimJobs, SimNodeSource
 from exporter.sources.base import BackendUnavailable, Source
 from exporter.sources.select import open_source
+from gpuscope.signals import stop_on_signals
 from gpuscope.tokens import read_token_file
 
 log = logging.getLogger("gpuscope.exporter")
@@ -54,13 +52,7 @@ def run_exporter(args: argparse.Namespace) -> None:
         spool_dir=args.spool_dir,
     )
     exporter = NodeExporter(source, config, jobs=make_jobs(args, source))
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+    stop = stop_on_signals()
     exporter.start()
     host, port = exporter.address or ("-", 0)
     log.info(

@@ -6,6 +6,7 @@ import itertools
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -85,3 +86,10 @@ def require_tool(name: str) -> str:
             pytest.fail(f"{name} is required in CI but not installed (.ci/run must install it)")
         pytest.skip(f"{name} not installed")
     return path
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (for a server started later, or for 'connection refused')."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

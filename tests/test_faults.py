@@ -19,8 +19,8 @@ import pytest
 from collector.embedded_pg import EmbeddedPostgres
 from exporter.node_exporter import ExporterConfig, NodeExporter
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from tests.conftest import FAST_UNSAFE
-from tests.exporter.test_spool import free_port, stored_rows
+from tests.conftest import FAST_UNSAFE, free_port
+from tests.exporter.test_spool import stored_rows
 
 TOKEN = "fault-token-0123456789"
 GPUS = 4

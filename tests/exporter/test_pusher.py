@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 
@@ -13,7 +12,7 @@ from exporter.pusher import Pusher
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from exporter.snapshot import Snapshot
 from exporter.wire import Origin
-from tests.conftest import RunningCollector, count_rows
+from tests.conftest import RunningCollector, count_rows, free_port
 
 
 def snapshots(count: int) -> list[Snapshot]:
@@ -29,12 +28,6 @@ def snapshots(count: int) -> list[Snapshot]:
 
 def origin() -> Origin:
     return Origin("test", "rack-00", "node-000", "sim", str(uuid.uuid4()))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_collector_away_then_back_loses_nothing(dsn: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -17,16 +16,10 @@ from exporter.pusher import Pusher
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from exporter.spool import Spool
 from exporter.wire import Origin
-from tests.conftest import count_rows
+from tests.conftest import count_rows, free_port
 from tests.exporter.test_pusher import snapshots
 
 TOKEN = "s" * 32
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def collector_on(dsn: str, port: int) -> BackgroundServer:
