@@ -19,7 +19,7 @@ from collector.api.deps import require_read_token
 from collector.api.fast_ingest import FastIngest
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
-from collector.store import allocations, partitions
+from collector.store import allocations, partitions, rollups
 from collector.store.group_writer import MAX_GROUP, GroupWriter
 from collector.store.migrate import migrate
 from collector.store.pools import open_read_pool
@@ -78,7 +78,8 @@ def create_app(
 
 
 async def _maintenance(pool: AsyncConnectionPool, retention: timedelta, every_s: float = 60.0) -> None:
-    """Close allocations whose exporter went quiet (every minute); partitions ahead and retention (hourly).
+    """Close allocations whose exporter went quiet and roll up settled minutes (every minute); partitions
+    ahead and retention (hourly).
     Every collector replica may run this: each step is idempotent."""
     last_partitions = time.monotonic()
     while True:
@@ -88,6 +89,8 @@ async def _maintenance(pool: AsyncConnectionPool, retention: timedelta, every_s:
                 closed = await allocations.expire_stale(conn)
                 if closed:
                     log.info("closed %d stale job allocations", closed)
+            async with pool.connection() as conn:
+                await rollups.roll_up(conn)
             if time.monotonic() - last_partitions >= 3600:
                 async with pool.connection() as conn:
                     await partitions.maintain(conn, retention)

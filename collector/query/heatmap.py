@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import numpy as np
-from psycopg import Connection, sql
+from psycopg import Connection
 
-from collector.query.timerange import EPOCH, TimeRange
+from collector.query.cells import cells_query, rollup_split
+from collector.query.timerange import TimeRange
 from collector.store.columns import GPU_METRIC_KEYS
 
 
@@ -39,13 +40,8 @@ class Heatmap:
 def heatmap(conn: Connection[Any], metric: str, time_range: TimeRange, bucket_s: int) -> Heatmap:
     if metric not in GPU_METRIC_KEYS:
         raise ValueError(f"unknown metric {metric!r}; one of {sorted(GPU_METRIC_KEYS)}")
-    cells = conn.execute(
-        sql.SQL(
-            "SELECT gpu_id, date_bin(%(bucket)s, ts, %(origin)s) AS bucket, avg({metric})::float8"
-            " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s GROUP BY 1, 2"
-        ).format(metric=sql.Identifier(metric)),
-        {"bucket": timedelta(seconds=bucket_s), "origin": EPOCH, "start": time_range.start, "end": time_range.end},
-    ).fetchall()
+    query, params = cells_query(metric, time_range, bucket_s, rollup_split(conn) if bucket_s >= 60 else None)
+    cells = conn.execute(query, params).fetchall()
     gpu_ids = sorted({gpu_id for gpu_id, _, _ in cells})
     rows = [
         HeatmapRow(*r)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import numpy as np
-from psycopg import Connection
+from psycopg import Connection, sql
 
-from collector.query.timerange import EPOCH, TimeRange
+from collector.query.cells import cells_query, rollup_split
+from collector.query.timerange import TimeRange
 
 
 @dataclass(frozen=True)
@@ -21,14 +22,14 @@ class RackPower:
 
 
 def rack_power(conn: Connection[Any], time_range: TimeRange, bucket_s: int) -> RackPower:
+    per_gpu, params = cells_query("power_w", time_range, bucket_s, rollup_split(conn) if bucket_s >= 60 else None)
     cells = conn.execute(
-        "SELECT n.cluster || '/' || n.rack, per_gpu.bucket, sum(per_gpu.watts)::float8"
-        " FROM (SELECT gpu_id, date_bin(%(bucket)s, ts, %(origin)s) AS bucket, avg(power_w) AS watts"
-        "       FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s AND power_w IS NOT NULL"
-        "       GROUP BY 1, 2) AS per_gpu"
-        " JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)"
-        " GROUP BY 1, 2",
-        {"bucket": timedelta(seconds=bucket_s), "origin": EPOCH, "start": time_range.start, "end": time_range.end},
+        sql.SQL(
+            "SELECT n.cluster || '/' || n.rack, per_gpu.b, sum(per_gpu.watts)::float8"
+            " FROM ({}) AS per_gpu (gpu_id, b, watts) JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)"
+            " WHERE per_gpu.watts IS NOT NULL GROUP BY 1, 2"
+        ).format(per_gpu),
+        params,
     ).fetchall()
     racks = sorted({rack for rack, _, _ in cells})
     times = time_range.buckets(bucket_s)

@@ -15,7 +15,7 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from collector.ingest.wire import Batch, Samples
-from collector.store import allocations, partitions
+from collector.store import allocations, partitions, rollups
 from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 from collector.store.copy_binary import CopyColumn
 from collector.store.copy_binary import encode as encode_copy
@@ -72,6 +72,7 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
                 gpu_parts.append((batch.gpu_samples, gpu_index_to_id))
                 port_parts.append((batch.port_samples, np.array(port_ids, dtype=np.int64)))
         await _copy(conn, "gpu_sample", "gpu_id", GPU_COLUMNS, gpu_parts)
+        await rollups.mark_dirty(conn, np.concatenate([samples.ts for samples, _ in gpu_parts] or [np.empty(0)]))
         await _copy(conn, "ib_port_sample", "port_id", PORT_COLUMNS, port_parts)
         for batch, (node_id, gpu_ids, _), is_fresh in zip(batches, ids, fresh, strict=True):
             if is_fresh:

@@ -55,7 +55,7 @@ def test_upgrade_moves_existing_rows_into_daily_partitions(postgres) -> None:  #
                 "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct) VALUES (%s, 1, true, 50)",
                 (datetime(2026, 10, day, hour, 30, tzinfo=UTC),),
             )
-    assert migrate(dsn) == [4]
+    assert migrate(dsn, up_to=4) == [4]
     assert count_rows(dsn, "gpu_sample") == 3
     assert days_of(dsn) == {datetime(2026, 10, 1).date(), datetime(2026, 10, 2).date()}
     with psycopg.connect(dsn) as conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -9,6 +10,8 @@ import psycopg
 import pytest
 
 from collector import query
+from collector.query.cells import cells_query
+from collector.store import rollups
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
@@ -40,7 +43,22 @@ def conn(dsn: str):  # type: ignore[no-untyped-def]
                     "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct, power_w) VALUES (%s, %s, true, %s, %s)",
                     (T0 + timedelta(seconds=second), gpu_id, util, 100.0 + second),
                 )
+        roll_up_everything(dsn)
         yield connection
+
+
+def roll_up_everything(dsn: str) -> None:
+    """What ingest and maintenance do for rows written through the collector: mark and roll up."""
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(
+                "INSERT INTO rollup_dirty_minute SELECT DISTINCT date_bin('1 minute', ts, 'epoch') FROM gpu_sample"
+                " ON CONFLICT DO NOTHING"
+            )
+            await rollups.roll_up(conn)
+
+    asyncio.run(run())
 
 
 def test_heatmap_averages_buckets_and_groups_by_rack_then_node(conn: psycopg.Connection) -> None:
@@ -50,6 +68,31 @@ def test_heatmap_averages_buckets_and_groups_by_rack_then_node(conn: psycopg.Con
     np.testing.assert_allclose(result.values[:, 0], [10, 10, 10, 10])
     assert np.isnan(result.values[1, 1]), "a GPU with no samples in a bucket shows a gap"
     np.testing.assert_allclose(result.values[[0, 2, 3], 1], [90, 90, 90])
+
+
+def test_rollup_and_raw_give_the_same_heatmap(conn: psycopg.Connection) -> None:
+    time_range = query.TimeRange(T0, T0 + timedelta(minutes=2))
+    from_rollup = query.heatmap(conn, "util_pct", time_range, 60)
+    sql_raw, params = cells_query("util_pct", time_range, 60, split=None)
+    raw = {(g, b): v for g, b, v in conn.execute(sql_raw, params).fetchall()}
+    rolled_sql, rolled_params = cells_query("util_pct", time_range, 60, split=T0 + timedelta(hours=1))
+    rolled = {(g, b): v for g, b, v in conn.execute(rolled_sql, rolled_params).fetchall()}
+    assert rolled == pytest.approx(raw) and len(raw) == 7
+    assert from_rollup.values.shape == (4, 2)
+
+
+def test_late_sample_in_a_rolled_minute_is_rolled_up_again(conn: psycopg.Connection, dsn: str) -> None:
+    before = conn.execute("SELECT util_n FROM gpu_rollup_1m WHERE bucket = %s LIMIT 1", (T0,)).fetchone()
+    gpu_id = conn.execute("SELECT gpu_id FROM gpu_rollup_1m WHERE bucket = %s LIMIT 1", (T0,)).fetchone()
+    conn.execute(
+        "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct) VALUES (%s, %s, true, 10)",
+        (T0 + timedelta(seconds=5), gpu_id[0]),
+    )
+    roll_up_everything(dsn)
+    after = conn.execute(
+        "SELECT util_n FROM gpu_rollup_1m WHERE bucket = %s AND gpu_id = %s", (T0, gpu_id[0])
+    ).fetchone()
+    assert after[0] == before[0] + 1
 
 
 def test_rack_power_sums_gpu_means(conn: psycopg.Connection) -> None:
