@@ -86,18 +86,18 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--db", required=True, help="PostgreSQL DSN of the collector's database")
     dashboard.set_defaults(run=_run_dashboard)
     bench = commands.add_parser("bench", help="measure against the targets in DESIGN.md")
-    bench.add_argument("target", choices=["exporter", "ingest"], help="what to measure")
+    bench.add_argument("target", choices=["exporter", "ingest", "query"], help="what to measure")
     bench.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
     bench.set_defaults(run=_run_bench)
     return parser
 
 
 def _run_bench(args: argparse.Namespace) -> None:
-    from gpuscope.bench import exporter, ingest
+    from gpuscope.bench import exporter, ingest, query
     from gpuscope.bench.report import emit
 
     logging.getLogger().setLevel(logging.WARNING)
-    runs = {"exporter": exporter.run, "ingest": ingest.run}
+    runs = {"exporter": exporter.run, "ingest": ingest.run, "query": query.run}
     emit(args.target, runs[args.target](), args.json)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 from psycopg import Connection, sql
 
 from collector.query.timerange import EPOCH, TimeRange
@@ -49,3 +50,19 @@ def cells_query(metric: str, time_range: TimeRange, bucket_s: int, split: dateti
         raw=raw.format(m=sql.Identifier(metric), lo=sql.SQL("%(split)s")),
     )
     return query, params
+
+
+def fetch_by_gpu(conn: Connection[Any], cells: sql.Composed, params: dict) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Run a cells query, one row per GPU with its buckets (epoch seconds) and means as arrays:
+    hundreds of thousands of cells arrive as a thousand rows, without a Python object per timestamp."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT gpu_id, array_agg(extract(epoch FROM b)::float8), array_agg(v::float8)"
+            " FROM ({}) AS cells (gpu_id, b, v) GROUP BY gpu_id"
+        ).format(cells),
+        params,
+    ).fetchall()
+    return {
+        gpu_id: (np.asarray(epochs, dtype=np.float64), np.asarray(means, dtype=np.float64))
+        for gpu_id, epochs, means in rows
+    }

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from psycopg import Connection
 
-from collector.query.cells import cells_query, rollup_split
+from collector.query.cells import cells_query, fetch_by_gpu, rollup_split
 from collector.query.timerange import TimeRange
 from collector.store.columns import GPU_METRIC_KEYS
 
@@ -41,23 +41,23 @@ def heatmap(conn: Connection[Any], metric: str, time_range: TimeRange, bucket_s:
     if metric not in GPU_METRIC_KEYS:
         raise ValueError(f"unknown metric {metric!r}; one of {sorted(GPU_METRIC_KEYS)}")
     query, params = cells_query(metric, time_range, bucket_s, rollup_split(conn) if bucket_s >= 60 else None)
-    cells = conn.execute(query, params).fetchall()
-    gpu_ids = sorted({gpu_id for gpu_id, _, _ in cells})
+    by_gpu = fetch_by_gpu(conn, query, params)
     rows = [
         HeatmapRow(*r)
         for r in conn.execute(
             "SELECT g.gpu_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid"
             " FROM gpu g JOIN node n USING (node_id) WHERE g.gpu_id = ANY(%s)"
             " ORDER BY n.cluster, n.rack, n.name, g.gpu_index",
-            (gpu_ids,),
+            (sorted(by_gpu),),
         ).fetchall()
     ]
     times = time_range.buckets(bucket_s)
     values = np.full((len(rows), len(times)), np.nan)
-    row_of = {row.gpu_id: i for i, row in enumerate(rows)}
-    column_of = {t: j for j, t in enumerate(times)}
-    for gpu_id, bucket, value in cells:
-        j = column_of.get(bucket)
-        if j is not None and value is not None:
-            values[row_of[gpu_id], j] = value
+    if times:
+        first = times[0].timestamp()
+        for i, row in enumerate(rows):
+            epochs, means = by_gpu[row.gpu_id]
+            columns = np.rint((epochs - first) / bucket_s).astype(np.int64)
+            inside = (columns >= 0) & (columns < len(times))
+            values[i, columns[inside]] = means[inside]
     return Heatmap(metric=metric, bucket_s=bucket_s, rows=rows, times=times, values=values)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 from psycopg import Connection, sql
 
 from collector.query.cells import cells_query, rollup_split
-from collector.query.timerange import TimeRange
+from collector.query.timerange import EPOCH, TimeRange
 
 
 @dataclass(frozen=True)
@@ -22,15 +22,36 @@ class RackPower:
 
 
 def rack_power(conn: Connection[Any], time_range: TimeRange, bucket_s: int) -> RackPower:
-    per_gpu, params = cells_query("power_w", time_range, bucket_s, rollup_split(conn) if bucket_s >= 60 else None)
-    cells = conn.execute(
-        sql.SQL(
+    split = rollup_split(conn) if bucket_s >= 60 and bucket_s % 60 == 0 else None
+    if split is None:
+        per_gpu, params = cells_query("power_w", time_range, bucket_s, None)
+        statement = sql.SQL(
             "SELECT n.cluster || '/' || n.rack, per_gpu.b, sum(per_gpu.watts)::float8"
             " FROM ({}) AS per_gpu (gpu_id, b, watts) JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)"
             " WHERE per_gpu.watts IS NOT NULL GROUP BY 1, 2"
-        ).format(per_gpu),
-        params,
-    ).fetchall()
+        ).format(per_gpu)
+    else:
+        # Per rack and minute: from rack_power_1m where settled, from raw samples after; then the
+        # mean over each bucket's minutes.
+        params = {
+            "bucket": timedelta(seconds=bucket_s),
+            "origin": EPOCH,
+            "start": time_range.start,
+            "end": time_range.end,
+            "split": max(split, time_range.start),
+        }
+        statement = sql.SQL(
+            "SELECT rack, date_bin(%(bucket)s, minute, %(origin)s), avg(watts) FROM ("
+            " SELECT cluster || '/' || rack AS rack, bucket AS minute, watts FROM rack_power_1m"
+            "  WHERE bucket >= date_bin('1 minute', %(start)s::timestamptz, %(origin)s) AND bucket < %(split)s"
+            " UNION ALL"
+            " SELECT n.cluster || '/' || n.rack, g_min.minute, sum(g_min.watts) FROM ("
+            "  SELECT gpu_id, date_bin('1 minute', ts, %(origin)s) AS minute, avg(power_w) AS watts FROM gpu_sample"
+            "  WHERE ts >= %(split)s AND ts < %(end)s AND power_w IS NOT NULL GROUP BY 1, 2) AS g_min"
+            "  JOIN gpu g USING (gpu_id) JOIN node n USING (node_id) GROUP BY 1, 2"
+            ") AS minutes GROUP BY 1, 2"
+        ).format()
+    cells = conn.execute(statement, params).fetchall()
     racks = sorted({rack for rack, _, _ in cells})
     times = time_range.buckets(bucket_s)
     watts = np.full((len(racks), len(times)), np.nan)

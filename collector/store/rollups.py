@@ -63,6 +63,13 @@ def _aggregate_sql() -> str:
 
 
 AGGREGATE = _aggregate_sql()
+RACK_POWER = (
+    "INSERT INTO rack_power_1m (bucket, cluster, rack, watts, gpus)"
+    " SELECT r.bucket, n.cluster, n.rack, sum(r.power_sum / r.power_n), count(*)"
+    " FROM gpu_rollup_1m r JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)"
+    " WHERE r.bucket = %(start)s AND r.power_n > 0 GROUP BY 1, 2, 3"
+    " ON CONFLICT (cluster, rack, bucket) DO UPDATE SET watts = EXCLUDED.watts, gpus = EXCLUDED.gpus"
+)
 
 
 async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> int:
@@ -76,4 +83,5 @@ async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> in
     minutes = [row[0] for row in await cur.fetchall()]
     for minute in minutes:
         await conn.execute(AGGREGATE, {"start": minute})
+        await conn.execute(RACK_POWER, {"start": minute})
     return len(minutes)
