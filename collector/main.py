@@ -23,6 +23,7 @@ from collector.store import allocations, partitions, rollups
 from collector.store.group_writer import MAX_GROUP, GroupWriter
 from collector.store.migrate import migrate
 from collector.store.pools import open_read_pool
+from collector.store.writer import InventoryCache
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,15 @@ def create_app(
         app.state.ingest_pool = ingest_pool
         app.state.read_pool = read_pool
         app.state.read_auth = read_auth
+        cache = InventoryCache()
         app.state.ingest = IngestState(
             auth=auth,
             max_body_bytes=max_body_bytes,
             # Batches waiting for the group writer; beyond this the collector answers 503 (back-pressure).
             write_slots=asyncio.Semaphore(max_concurrent_writes * MAX_GROUP),
+            writer=GroupWriter(ingest_pool, cache, writers=max(1, max_concurrent_writes // 2)),
             retention_s=retention.total_seconds(),
-        )
-        app.state.ingest.writer = GroupWriter(
-            ingest_pool, app.state.ingest.cache, writers=max(1, max_concurrent_writes // 2)
+            cache=cache,
         )
         expiry = asyncio.create_task(_maintenance(ingest_pool, retention), name="maintenance")
         try:

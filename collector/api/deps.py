@@ -9,13 +9,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import ConnectionPool
 
 from collector.ingest.state import IngestState
-
-
-async def get_ingest_pool(request: Request) -> AsyncConnectionPool:
-    return request.app.state.ingest_pool
 
 
 async def get_read_pool(request: Request) -> ConnectionPool[Any]:
@@ -26,7 +22,6 @@ async def get_ingest_state(request: Request) -> IngestState:
     return request.app.state.ingest
 
 
-IngestPoolDep = Annotated[AsyncConnectionPool, Depends(get_ingest_pool)]
 ReadPoolDep = Annotated[ConnectionPool[Any], Depends(get_read_pool)]
 IngestStateDep = Annotated[IngestState, Depends(get_ingest_state)]
 

@@ -22,8 +22,7 @@ class FastIngest:
         if scope["type"] == "http" and scope["path"] == INGEST_PATH and scope["method"] == "POST":
             scope["app"] = self.app
             request = Request(scope, receive)
-            state = self.app.state
-            response = await push_samples(request, state.ingest_pool, state.ingest)
+            response = await push_samples(request, self.app.state.ingest)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

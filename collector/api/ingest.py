@@ -11,10 +11,9 @@ import psycopg_pool
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from collector.api.deps import IngestPoolDep, IngestStateDep
+from collector.api.deps import IngestStateDep
 from collector.auth import ANY_NODE
 from collector.ingest.wire import IngestError, decode, decompress
-from collector.store.writer import store_batch
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
@@ -38,7 +37,7 @@ RETRY_AFTER_S = "2"
         503: {"description": "Saturated or database unavailable; retry after Retry-After seconds"},
     },
 )
-async def push_samples(request: Request, pool: IngestPoolDep, state: IngestStateDep) -> JSONResponse:
+async def push_samples(request: Request, state: IngestStateDep) -> JSONResponse:
     started = time.perf_counter()
     allowed_node = state.auth.identify(request.headers.get("authorization"))
     if allowed_node is None:
@@ -68,7 +67,7 @@ async def push_samples(request: Request, pool: IngestPoolDep, state: IngestState
         state.metrics.batches.labels("saturated").inc()
         return _unavailable("write path saturated")
     try:
-        result = await state.writer.store(batch) if state.writer else await store_batch(pool, batch, state.cache)
+        result = await state.writer.store(batch)
     except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
         state.metrics.batches.labels("db_unavailable").inc()
         log.warning("database unavailable while storing a batch: %s", exc)

@@ -29,8 +29,8 @@ class IngestState:
     auth: TokenAuth
     max_body_bytes: int
     write_slots: asyncio.Semaphore
+    writer: GroupWriter
     retention_s: float = 30 * 86400.0
-    writer: GroupWriter | None = None  # set once the pool is open (lifespan)
     registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
     cache: InventoryCache = field(default_factory=InventoryCache)
 
