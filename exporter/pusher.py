@@ -240,6 +240,19 @@ class Pusher:
             self.stats.snapshots_sent += batch.count
 
     def _post(self, body: bytes) -> tuple[int, str]:
+        reused = self._conn is not None
+        try:
+            return self._send(body)
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            if not reused:
+                raise
+            # The collector closed our idle keep-alive connection: an ordinary event, not a failure.
+            # The batch was not taken (no response came), so sending it again on a new connection is safe,
+            # and a repeat would be recognised by its sequence number anyway.
+            self._close()
+            return self._send(body)
+
+    def _send(self, body: bytes) -> tuple[int, str]:
         if self._conn is None:
             cls = http.client.HTTPSConnection if self._parsed.scheme == "https" else http.client.HTTPConnection
             self._conn = cls(self._parsed.hostname or "", self._parsed.port, timeout=self._timeout)

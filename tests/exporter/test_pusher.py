@@ -70,3 +70,18 @@ def test_rejects_a_bad_url() -> None:
 
     with pytest.raises(ValueError, match="push URL"):
         Pusher("collector:9410", "t" * 32, origin())
+
+
+def test_a_keep_alive_connection_closed_by_the_collector_is_not_a_failure(collector: RunningCollector) -> None:
+    """uvicorn closes idle keep-alive connections after 5 s; the next push must just reconnect."""
+    pusher = Pusher(collector.url, collector.token, origin())
+    batches = snapshots(2)
+    pusher.enqueue(batches[0])
+    assert pusher.push_once()
+    assert pusher._conn is not None and pusher._conn.sock is not None
+    pusher._conn.sock.shutdown(2)  # as if the server had closed its end while we were idle
+    pusher.enqueue(batches[1])
+    assert pusher.push_once()
+    assert pusher.stats.failures == 0 and pusher.stats.snapshots_sent == 2
+    assert count_rows(collector.dsn, "gpu_sample") == 16
+    pusher.close()
