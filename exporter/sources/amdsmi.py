@@ -17,7 +17,7 @@ from typing import Any
 
 from exporter.snapshot import GpuIdentity, GpuReading, PortReading
 from exporter.sources.base import BackendUnavailable
-from exporter.sources.errors import LogOnce
+from exporter.sources.errors import GroupGuard, LogOnce
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,6 @@ class _AmdDevice:
         self._smi = smi
         self.index = index
         self.handle = handle
-        self._log_once = log_once
-        self.unsupported: set[str] = set()
         self.lost = False
         self._slow: dict[str, float] = {}
         self.identity = GpuIdentity(
@@ -81,6 +79,16 @@ class _AmdDevice:
             uuid=str(smi.amdsmi_get_gpu_device_uuid(handle)),
             model=str(smi.amdsmi_get_gpu_asic_info(handle).get("market_name", "AMD GPU")),
             pci_bus_id=str(smi.amdsmi_get_gpu_device_bdf(handle)),
+        )
+        not_supported = (
+            smi.amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED,
+            smi.amdsmi_wrapper.AMDSMI_STATUS_NOT_YET_IMPLEMENTED,
+        )
+        self._guard = GroupGuard(
+            f"GPU {index} ({self.identity.model})",
+            log_once,
+            errors=smi.AmdSmiLibraryException,
+            is_unsupported=lambda exc: exc.get_error_code() in not_supported,  # type: ignore[attr-defined]
         )
 
     def read(self, slow: bool) -> GpuReading:
@@ -99,9 +107,9 @@ class _AmdDevice:
             self.lost = False
         _put(values, "util_pct", activity.get("gfx_activity"))
         _put(values, "mem_copy_util_pct", activity.get("umc_activity"))
-        self._group("power", lambda: self._power(values))
-        self._group("energy", lambda: self._energy(values))
-        self._group(
+        self._guard.run("power", lambda: self._power(values))
+        self._guard.run("energy", lambda: self._energy(values))
+        self._guard.run(
             "temperature",
             lambda: _put(
                 values,
@@ -109,7 +117,7 @@ class _AmdDevice:
                 smi.amdsmi_get_temp_metric(h, smi.AmdSmiTemperatureType.HOTSPOT, smi.AmdSmiTemperatureMetric.CURRENT),
             ),
         )
-        self._group(
+        self._guard.run(
             "memory_temperature",
             lambda: _put(
                 values,
@@ -117,42 +125,17 @@ class _AmdDevice:
                 smi.amdsmi_get_temp_metric(h, smi.AmdSmiTemperatureType.VRAM, smi.AmdSmiTemperatureMetric.CURRENT),
             ),
         )
-        self._group("clocks", lambda: self._clocks(values))
-        self._group("memory", lambda: self._memory(values))
-        self._group("xgmi", lambda: self._xgmi(values, links))
+        self._guard.run("clocks", lambda: self._clocks(values))
+        self._guard.run("memory", lambda: self._memory(values))
+        self._guard.run("xgmi", lambda: self._xgmi(values, links))
         if slow:
             self._slow = {}
-            self._group("ecc", lambda: self._ecc(self._slow))
-            self._group(
+            self._guard.run("ecc", lambda: self._ecc(self._slow))
+            self._guard.run(
                 "pcie_replay", lambda: _put(self._slow, "pcie_replay", smi.amdsmi_get_gpu_pci_replay_counter(h))
             )
         values.update(self._slow)
         return GpuReading(gpu=self.identity, up=True, values=values, links=dict(links))
-
-    def _group(self, group: str, read: Callable[[], object]) -> None:
-        if group in self.unsupported:
-            return
-        smi = self._smi
-        try:
-            read()
-        except smi.AmdSmiLibraryException as exc:
-            if exc.get_error_code() in (
-                smi.amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED,
-                smi.amdsmi_wrapper.AMDSMI_STATUS_NOT_YET_IMPLEMENTED,
-            ):
-                self.unsupported.add(group)
-                log.info(
-                    "GPU %d (%s): %s not supported; those metrics are left out", self.index, self.identity.model, group
-                )
-            else:
-                self._log_once(
-                    (self.index, group, exc.get_error_code()),
-                    logging.WARNING,
-                    "GPU %d: reading %s failed: %s",
-                    self.index,
-                    group,
-                    exc,
-                )
 
     def _power(self, values: dict[str, float]) -> None:
         info = self._smi.amdsmi_get_power_info(self.handle)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 
 class LogOnce:
@@ -19,3 +19,46 @@ class LogOnce:
                 return
             self._seen.add(key)
         self._logger.log(level, message, *args)
+
+
+class GroupGuard:
+    """Runs one device's groups of library calls: a group the device does not support is remembered and
+    skipped from then on (its metrics are absent, never 0); any other library error is logged once.
+    Shared by the NVML and AMD backends, which differ only in how their library says 'not supported'."""
+
+    def __init__(
+        self,
+        label: str,
+        log_once: LogOnce,
+        errors: type[Exception],
+        is_unsupported: Callable[[Exception], bool],
+        passthrough: tuple[type[Exception], ...] = (),
+    ) -> None:
+        self.label = label  # e.g. "GPU 3 (NVIDIA H100 80GB HBM3)"
+        self.unsupported: set[str] = set()
+        self._log_once = log_once
+        self._errors = errors
+        self._is_unsupported = is_unsupported
+        self._passthrough = passthrough
+
+    def run(self, group: str, read: Callable[..., object], *args: object) -> None:
+        if group in self.unsupported:
+            return
+        try:
+            read(*args)
+        except self._passthrough:
+            raise
+        except self._errors as exc:
+            if self._is_unsupported(exc):
+                self.unsupported.add(group)
+                self._log_once(
+                    (self.label, group, "unsupported"),
+                    logging.INFO,
+                    "%s: %s not supported; those metrics are left out",
+                    self.label,
+                    group,
+                )
+            else:
+                self._log_once(
+                    (self.label, group, str(exc)), logging.WARNING, "%s: reading %s failed: %s", self.label, group, exc
+                )

@@ -1,10 +1,11 @@
 """NVIDIA GPUs through NVML (nvidia-ml-py, imported as `pynvml`).
 
-Every NVML call goes through `_Device.read_group`: a group the GPU does not support is remembered and
-skipped (its metrics are absent, never 0), a GPU that fell off the bus is reported down while the
-others keep reporting, and any other error is logged once. Slowly changing counters (ECC, remapped
-rows, NVLink errors, throttle time, power limit) are read every SLOW_EVERY cycles and carried over.
-XID errors arrive through NVML events on a thread of their own and are counted per code.
+Every NVML call goes through a GroupGuard (exporter/sources/errors.py): a group the GPU does not
+support is remembered and skipped (its metrics are absent, never 0), a GPU that fell off the bus is
+reported down while the others keep reporting, and any other error is logged once. Slowly changing
+counters (ECC, remapped rows, NVLink errors, throttle time, power limit) are read every SLOW_EVERY
+cycles and carried over. XID errors arrive through NVML events on a thread of their own and are
+counted per code.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from exporter.snapshot import GpuIdentity, GpuReading, PortReading
 from exporter.sources import nvml_fields
 from exporter.sources.base import BackendUnavailable
-from exporter.sources.errors import LogOnce
+from exporter.sources.errors import GroupGuard, LogOnce
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,6 @@ class _Device:
         self._nvml = nvml
         self.index = index
         self.handle = handle
-        self._log_once = log_once
-        self.unsupported: set[str] = set()
         self.lost = False
         self._slow_values: dict[str, float] = {}
         self._slow_links: dict[int, dict[str, float]] = {}
@@ -107,6 +106,13 @@ class _Device:
             uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
             model=_text(nvml.nvmlDeviceGetName(handle)),
             pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
+        )
+        self._guard = GroupGuard(
+            f"GPU {index} ({self.identity.model})",
+            log_once,
+            errors=nvml.NVMLError,
+            is_unsupported=lambda exc: isinstance(exc, (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound)),
+            passthrough=(nvml.NVMLError_GpuIsLost,),  # handled per device: reported down
         )
         self.link_count = self._link_count()
         self._requests: list[tuple[int, int]] = [(nvml.NVML_FI_DEV_MEMORY_TEMP, 0)]
@@ -131,11 +137,11 @@ class _Device:
         links: dict[int, dict[str, float]] = defaultdict(dict)
         try:
             for group, reader in self._fast_groups:
-                self.read_group(group, reader, values, links)
+                self._guard.run(group, reader, values, links)
             if slow:
                 self._slow_values, self._slow_links = {}, defaultdict(dict)
                 for group, reader in self._slow_groups:
-                    self.read_group(group, reader, self._slow_values, self._slow_links)
+                    self._guard.run(group, reader, self._slow_values, self._slow_links)
         except self._nvml.NVMLError_GpuIsLost:
             if not self.lost:
                 log.error("GPU %d (%s) fell off the bus; reporting it down", self.index, self.identity.uuid)
@@ -149,25 +155,6 @@ class _Device:
         for link, link_values in self._slow_links.items():
             links[link].update(link_values)
         return GpuReading(gpu=self.identity, up=True, values=values, links=dict(links), xid_counts=dict(xid_counts))
-
-    def read_group(self, group: str, reader: GroupReader, values: dict[str, float], links: Links) -> None:
-        """Run one group of NVML calls, turning 'not supported' into absent values."""
-        if group in self.unsupported:
-            return
-        nvml = self._nvml
-        try:
-            reader(values, links)
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
-            self.unsupported.add(group)
-            log.info(
-                "GPU %d (%s): %s not supported; those metrics are left out", self.index, self.identity.model, group
-            )
-        except nvml.NVMLError_GpuIsLost:
-            raise
-        except nvml.NVMLError as exc:
-            self._log_once(
-                (self.index, group, type(exc)), logging.WARNING, "GPU %d: reading %s failed: %s", self.index, group, exc
-            )
 
     def free(self) -> None:
         for sample in self._gpm_samples:
