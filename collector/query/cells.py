@@ -39,30 +39,29 @@ def cells_query(metric: str, time_range: TimeRange, bucket_s: int, split: dateti
         return query, params
     rolled = RAW_TO_ROLLED[metric]
     params["split"] = max(split, time_range.start)
+    pieces = {
+        "rs": sql.Identifier(f"{rolled}_sum"),
+        "rn": sql.Identifier(f"{rolled}_n"),
+        "raw": raw.format(m=sql.Identifier(metric), lo=sql.SQL("%(split)s")),
+        "settled": sql.SQL(
+            "gpu_rollup_1m WHERE bucket >= date_bin('1 minute', %(start)s::timestamptz, %(origin)s)"
+            " AND bucket < %(split)s"
+        ),
+    }
     if bucket_s == 60:
         # Rollup minutes are the buckets already, and the two parts cover different minutes (split is
         # on a minute): no regrouping of the rollup's rows, which are most of them.
-        query = sql.SQL(
-            "SELECT gpu_id, bucket, {rs} / nullif({rn}, 0) FROM gpu_rollup_1m"
-            " WHERE bucket >= date_bin('1 minute', %(start)s::timestamptz, %(origin)s) AND bucket < %(split)s"
+        template = (
+            "SELECT gpu_id, bucket, {rs} / nullif({rn}, 0) FROM {settled}"
             " UNION ALL SELECT gpu_id, b, avg(s) FROM ({raw}) AS recent GROUP BY 1, 2"
-        ).format(
-            rs=sql.Identifier(f"{rolled}_sum"),
-            rn=sql.Identifier(f"{rolled}_n"),
-            raw=raw.format(m=sql.Identifier(metric), lo=sql.SQL("%(split)s")),
         )
-        return query, params
-    query = sql.SQL(
-        "SELECT gpu_id, b, sum(s) / nullif(sum(n), 0) FROM ("
-        " SELECT gpu_id, date_bin(%(bucket)s, bucket, %(origin)s) AS b, {rs} AS s, {rn} AS n FROM gpu_rollup_1m"
-        "  WHERE bucket >= date_bin('1 minute', %(start)s::timestamptz, %(origin)s) AND bucket < %(split)s"
-        " UNION ALL {raw}) AS cells GROUP BY 1, 2"
-    ).format(
-        rs=sql.Identifier(f"{rolled}_sum"),
-        rn=sql.Identifier(f"{rolled}_n"),
-        raw=raw.format(m=sql.Identifier(metric), lo=sql.SQL("%(split)s")),
-    )
-    return query, params
+    else:
+        template = (
+            "SELECT gpu_id, b, sum(s) / nullif(sum(n), 0) FROM ("
+            " SELECT gpu_id, date_bin(%(bucket)s, bucket, %(origin)s) AS b, {rs} AS s, {rn} AS n FROM {settled}"
+            " UNION ALL {raw}) AS cells GROUP BY 1, 2"
+        )
+    return sql.SQL(template).format(**pieces), params
 
 
 def fetch_by_gpu(conn: Connection[Any], cells: sql.Composed, params: dict) -> dict[int, tuple[np.ndarray, np.ndarray]]:
