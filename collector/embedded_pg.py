@@ -16,13 +16,14 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from gpuscope.listen import free_loopback_port
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb(bin_dir)
-        self.port = self.port or _free_port()  # a restart keeps its address: clients reconnect to it
+        self.port = self.port or free_loopback_port()  # a restart keeps its address: clients reconnect to it
         args = [
             str(bin_dir / "postgres"),
             "-D",
@@ -239,12 +240,6 @@ def _server_user() -> pwd.struct_passwd | None:
             f"running as root, and there is no '{PG_SYSTEM_USER}' user to run PostgreSQL as; create one "
             f"('useradd --system {PG_SYSTEM_USER}') or run gpuscope as an ordinary user"
         ) from None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _die_with_parent() -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import secrets
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,13 +34,22 @@ def postgres() -> Iterator[EmbeddedPostgres]:
     except PostgresNotFound as exc:
         # Never skip: the suite is about a real database (and CI=true must fail loudly anyway).
         pytest.exit(f"PostgreSQL is required for the tests: {exc}", returncode=3)
+    with running_postgres("gpuscope-test-pg-") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_postgres(prefix: str) -> Iterator[EmbeddedPostgres]:
+    """A private PostgreSQL server in a temporary directory, removed afterwards."""
     # Not pytest's tmp_path: its parents are private to us, and as root the server runs as 'postgres'.
-    data_dir = Path(tempfile.mkdtemp(prefix="gpuscope-test-pg-"))
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
     server = EmbeddedPostgres(data_dir, settings=FAST_UNSAFE)
     server.start()
-    yield server
-    server.stop()
-    shutil.rmtree(data_dir, ignore_errors=True)
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture
@@ -86,10 +95,3 @@ def require_tool(name: str) -> str:
             pytest.fail(f"{name} is required in CI but not installed (.ci/run must install it)")
         pytest.skip(f"{name} not installed")
     return path
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (for a server started later, or for 'connection refused')."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -3,11 +3,9 @@ Rows stored must equal rows produced, with no duplicates."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,8 @@ import pytest
 from collector.embedded_pg import EmbeddedPostgres
 from exporter.node_exporter import ExporterConfig, NodeExporter
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from tests.conftest import FAST_UNSAFE, free_port
+from gpuscope.listen import free_loopback_port as free_port
+from tests.conftest import running_postgres
 from tests.exporter.test_spool import stored_rows
 
 TOKEN = "fault-token-0123456789"
@@ -29,12 +28,8 @@ GPUS = 4
 @pytest.fixture
 def private_postgres() -> Iterator[EmbeddedPostgres]:
     """A server of this test's own: it gets restarted."""
-    data_dir = Path(tempfile.mkdtemp(prefix="gpuscope-fault-pg-"))
-    server = EmbeddedPostgres(data_dir, settings=FAST_UNSAFE)
-    server.start()
-    yield server
-    server.stop()
-    shutil.rmtree(data_dir, ignore_errors=True)
+    with running_postgres("gpuscope-fault-pg-") as server:
+        yield server
 
 
 def start_collector(dsn: str, port: int, token_file: Path) -> subprocess.Popen[bytes]:

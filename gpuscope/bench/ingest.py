@@ -32,6 +32,7 @@ from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from exporter.snapshot import Snapshot
 from exporter.wire import Origin, encode_batch, to_body
 from gpuscope.bench.loadgen import push_all
+from gpuscope.listen import free_loopback_port
 
 NODES = 1000
 GPUS = 8
@@ -51,7 +52,7 @@ def run() -> dict[str, Any]:
             token = secrets.token_urlsafe(24)
             (data / "token").write_text(token)
             (data / "token").chmod(0o600)
-            port = _free_port()
+            port = free_loopback_port()
             collector = subprocess.Popen(
                 [
                     sys.executable,
@@ -145,14 +146,6 @@ def _count(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM gpu_sample").fetchone()
     return int(row[0]) if row else 0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_healthy(port: int, timeout: float = 60.0) -> None:

@@ -12,7 +12,8 @@ from exporter.pusher import Pusher
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from exporter.snapshot import Snapshot
 from exporter.wire import Origin
-from tests.conftest import RunningCollector, count_rows, free_port
+from gpuscope.listen import free_loopback_port as free_port
+from tests.conftest import RunningCollector, count_rows
 
 
 def snapshots(count: int) -> list[Snapshot]:

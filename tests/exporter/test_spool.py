@@ -16,7 +16,8 @@ from exporter.pusher import Pusher
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from exporter.spool import Spool
 from exporter.wire import Origin
-from tests.conftest import count_rows, free_port
+from gpuscope.listen import free_loopback_port as free_port
+from tests.conftest import count_rows
 from tests.exporter.test_pusher import snapshots
 
 TOKEN = "s" * 32
