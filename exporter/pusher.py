@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.events import Event, EventTracker
 from exporter.snapshot import Snapshot
 from exporter.spool import Spool
 from exporter.textformat import Family
@@ -64,7 +65,9 @@ class Pusher:
         self._origin = origin
         self._max_batch = max_snapshots_per_batch
         self._timeout = timeout
-        self._queue: deque[Snapshot] = deque()
+        # Each snapshot with the events seen when it was taken (exporter/events.py).
+        self._queue: deque[tuple[Snapshot, list[Event]]] = deque()
+        self._events = EventTracker()
         self._queue_limit = queue_limit
         self._cond = threading.Condition()
         self._seq = 0
@@ -76,10 +79,17 @@ class Pusher:
 
     def enqueue(self, snapshot: Snapshot) -> None:
         with self._cond:
+            events = self._events.observe(snapshot)
             if len(self._queue) >= self._queue_limit:
-                self._queue.popleft()
+                _, dropped_events = self._queue.popleft()
                 self.stats.snapshots_dropped += 1
-            self._queue.append(snapshot)
+                if dropped_events:  # samples may be dropped under pressure; events are rare and kept
+                    if self._queue:
+                        oldest, oldest_events = self._queue[0]
+                        self._queue[0] = (oldest, dropped_events + oldest_events)
+                    else:
+                        events = dropped_events + events
+            self._queue.append((snapshot, events))
             self._cond.notify()
 
     def pending(self) -> int:
@@ -215,9 +225,11 @@ class Pusher:
 
     def _encode(self, count: int) -> _Batch:
         """Take `count` snapshots off the queue as one batch with the next sequence number (lock held)."""
-        snapshots = [self._queue.popleft() for _ in range(count)]
+        taken = [self._queue.popleft() for _ in range(count)]
+        snapshots = [snapshot for snapshot, _ in taken]
+        events = [event for _, snapshot_events in taken for event in snapshot_events]
         self._seq += 1
-        return _Batch(body=to_body(encode_batch(self._origin, self._seq, snapshots)), count=count)
+        return _Batch(body=to_body(encode_batch(self._origin, self._seq, snapshots, events)), count=count)
 
     def _spill_queue(self, minimum: int) -> None:
         """While the collector is away, move queued snapshots to disk in batches of at least `minimum`."""

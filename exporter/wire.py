@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.catalog import keys_for
+from exporter.events import Event
 from exporter.snapshot import Snapshot
 
 FORMAT = "gpuscope-samples"
@@ -23,7 +24,9 @@ class Origin:
     exporter_id: str  # random per exporter process; (exporter_id, seq) names a batch for de-duplication
 
 
-def encode_batch(origin: Origin, seq: int, snapshots: Sequence[Snapshot]) -> dict[str, object]:
+def encode_batch(
+    origin: Origin, seq: int, snapshots: Sequence[Snapshot], events: Sequence[Event] = ()
+) -> dict[str, object]:
     gpus: dict[int, dict[str, object]] = {}
     ports: dict[tuple[str, int], int] = {}
     gpu_cols: dict[str, list[object]] = {"ts": [], "gpu": [], "up": []}
@@ -66,7 +69,15 @@ def encode_batch(origin: Origin, seq: int, snapshots: Sequence[Snapshot]) -> dic
         # A metric no device reported in this batch is left out rather than sent as all nulls.
         "gpu_samples": {**gpu_cols, "values": _drop_empty(gpu_values)},
         "port_samples": {**port_cols, "values": _drop_empty(port_values)},
+        **({"events": [_event(e) for e in events]} if events else {}),
     }
+
+
+def _event(event: Event) -> dict[str, object]:
+    out: dict[str, object] = {"ts": event.ts, "gpu": event.gpu, "kind": event.kind, "count": event.count}
+    if event.code is not None:
+        out["code"] = event.code
+    return out
 
 
 def to_body(batch: dict[str, object]) -> bytes:

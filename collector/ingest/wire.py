@@ -24,6 +24,8 @@ MIN_TIMESTAMP = 946_684_800.0  # 2000-01-01: anything older is a broken clock, n
 MAX_NAME = 128
 MAX_DEVICES = 4096
 MAX_ROWS = 1_000_000
+MAX_EVENTS = 10_000
+TIME_RULE = f"a timestamp within the retention period and at most {MAX_FUTURE_SECONDS:.0f} s in the future"
 
 Loc = tuple[str | int, ...]
 
@@ -60,6 +62,16 @@ class JobRef:
 
 
 @dataclass(frozen=True)
+class EventIn:
+    ts: float
+    gpu: int | None  # GPU index, or None for the node
+    kind: str
+    code: int | None
+    count: int
+    message: str | None
+
+
+@dataclass(frozen=True)
 class Samples:
     ts: np.ndarray  # float64 seconds since the epoch
     device: np.ndarray  # int: GPU index, or position in `ports`
@@ -85,6 +97,7 @@ class Batch:
     port_samples: Samples
     jobs: tuple[JobRef, ...]
     ignored_fields: tuple[str, ...]  # metric keys this collector does not know (newer exporter)
+    events: tuple[EventIn, ...] = ()
 
 
 def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
@@ -147,8 +160,10 @@ def decode(raw: bytes, now: float, oldest: float = MIN_TIMESTAMP) -> Batch:
         (oldest, now),
         ignored,
     )
+    events = _events(doc["events"], {g.index for g in gpus}, (oldest, now)) if "events" in doc else ()
     return Batch(
         exporter_id=exporter_id,
+        events=events,
         seq=seq,
         backend=backend,
         gpus=gpus,
@@ -159,6 +174,39 @@ def decode(raw: bytes, now: float, oldest: float = MIN_TIMESTAMP) -> Batch:
         ignored_fields=tuple(sorted(ignored)),
         **names,
     )
+
+
+def _events(items: Any, gpu_indexes: set[int], window: tuple[float, float]) -> tuple[EventIn, ...]:
+    if not isinstance(items, list):
+        raise IngestError(422, ("events",), "must be an array")
+    if len(items) > MAX_EVENTS:
+        raise IngestError(422, ("events",), f"at most {MAX_EVENTS} events per batch")
+    events = []
+    for i, item in enumerate(items):
+        loc: Loc = ("events", i)
+        if not isinstance(item, dict):
+            raise IngestError(422, loc, "must be an object")
+        ts = item.get("ts")
+        if not isinstance(ts, int | float) or isinstance(ts, bool):
+            raise IngestError(422, (*loc, "ts"), "must be a number")
+        oldest, now = window
+        if not max(oldest, MIN_TIMESTAMP) <= ts <= now + MAX_FUTURE_SECONDS:
+            raise IngestError(422, (*loc, "ts"), f"{ts:g} is out of range: expected {TIME_RULE}")
+        gpu = item.get("gpu")
+        if gpu is not None and (type(gpu) is not int or gpu not in gpu_indexes):
+            raise IngestError(422, (*loc, "gpu"), "must be null or an index listed in gpus")
+        kind = _name(item, "kind", loc, 64)
+        if not all(c.isascii() and (c.isalnum() or c == "_") for c in kind):
+            raise IngestError(422, (*loc, "kind"), "must be letters, digits and underscores")
+        code = item.get("code")
+        if code is not None and (type(code) is not int or not 0 <= code < 2**31):
+            raise IngestError(422, (*loc, "code"), "must be null or an integer between 0 and 2^31-1")
+        count = item.get("count", 1)
+        if type(count) is not int or not 1 <= count < 2**31:
+            raise IngestError(422, (*loc, "count"), "must be an integer between 1 and 2^31-1")
+        message = _name(item, "message", loc, 1024) if item.get("message") is not None else None
+        events.append(EventIn(float(ts), gpu, kind, code, count, message))
+    return tuple(events)
 
 
 def _parse_json(raw: bytes) -> Any:
@@ -264,14 +312,7 @@ def _samples(
     rows = len(ts)
     if rows > MAX_ROWS:
         raise IngestError(413, (*loc, "ts"), f"at most {MAX_ROWS} rows per batch")
-    oldest, now = window
-    _check_range(
-        ts,
-        (*loc, "ts"),
-        max(oldest, MIN_TIMESTAMP),
-        now + MAX_FUTURE_SECONDS,
-        f"a timestamp within the retention period and at most {MAX_FUTURE_SECONDS:.0f} s in the future",
-    )
+    _check_times(ts, (*loc, "ts"), window)
     device = _numbers(_require(obj, device_key, list, loc), (*loc, device_key), nullable=False, length=rows)
     unknown = ~np.isin(device, np.fromiter(devices, dtype=np.float64, count=len(devices)))
     if unknown.any():
@@ -348,6 +389,17 @@ def _numbers(items: list[Any], loc: Loc, nullable: bool, length: int | None = No
     if np.isinf(array).any():
         raise IngestError(422, (*loc, int(np.argmax(np.isinf(array)))), "out of range (overflows a double)")
     return array
+
+
+def _check_times(ts: np.ndarray, loc: Loc, window: tuple[float, float]) -> None:
+    oldest, now = window
+    _check_range(
+        ts,
+        loc,
+        max(oldest, MIN_TIMESTAMP),
+        now + MAX_FUTURE_SECONDS,
+        TIME_RULE,
+    )
 
 
 def _check_range(array: np.ndarray, loc: Loc, low: float, high: float, expected: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 from psycopg import Connection
 
-from collector.query.cells import cells_query, fetch_by_gpu, rollup_split
+from collector.query.cells import cells_query, fetch_by_gpu, rollup_splits
 from collector.query.timerange import TimeRange
 from collector.store.columns import GPU_METRIC_KEYS
 
@@ -37,10 +38,14 @@ class Heatmap:
     values: np.ndarray  # shape (len(rows), len(times)); NaN where no sample fell in the bucket
 
 
-def heatmap(conn: Connection[Any], metric: str, time_range: TimeRange, bucket_s: int) -> Heatmap:
+def heatmap(
+    conn: Connection[Any], metric: str, time_range: TimeRange, bucket_s: int, gpu_ids: Sequence[int] | None = None
+) -> Heatmap:
+    """`gpu_ids`: only these GPUs (a node's, a job's); None: every GPU that reported in the range."""
     if metric not in GPU_METRIC_KEYS:
         raise ValueError(f"unknown metric {metric!r}; one of {sorted(GPU_METRIC_KEYS)}")
-    query, params = cells_query(metric, time_range, bucket_s, rollup_split(conn) if bucket_s >= 60 else None)
+    splits = rollup_splits(conn) if bucket_s >= 60 else None
+    query, params = cells_query(metric, time_range, bucket_s, splits, gpu_ids)
     by_gpu = fetch_by_gpu(conn, query, params)
     rows = [
         HeatmapRow(*r)

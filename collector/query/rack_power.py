@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from psycopg import Connection, sql
 
-from collector.query.cells import cells_query, rollup_split
+from collector.query.cells import cells_query, rollup_splits
 from collector.query.timerange import EPOCH, TimeRange
 
 
@@ -22,7 +22,7 @@ class RackPower:
 
 
 def rack_power(conn: Connection[Any], time_range: TimeRange, bucket_s: int) -> RackPower:
-    split = rollup_split(conn) if bucket_s >= 60 and bucket_s % 60 == 0 else None
+    split = rollup_splits(conn).minute if bucket_s >= 60 and bucket_s % 60 == 0 else None
     if split is None:
         per_gpu, params = cells_query("power_w", time_range, bucket_s, None)
         statement = sql.SQL(

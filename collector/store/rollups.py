@@ -1,9 +1,10 @@
-"""One-minute rollups kept up to date incrementally on plain PostgreSQL.
+"""One-minute and one-hour rollups kept up to date incrementally on plain PostgreSQL.
 
 Ingest marks each minute a batch touches as dirty (in the batch's transaction); maintenance then
 re-aggregates dirty minutes that are at least SETTLE old from the raw rows and upserts them, so late
-data (a spool replayed hours later) is rolled up too. Readers take the rollup for whole minutes older
-than SETTLE and raw rows for the rest (see collector/query).
+data (a spool replayed hours later) is rolled up too. Each minute rolled up marks its hour dirty; an
+hour is re-aggregated from the minute rollup once no minute of it can still change. Readers take the
+hour rollup, then the minute rollup, then raw rows, each where the coarser one stops (collector/query).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ log = logging.getLogger(__name__)
 
 SETTLE = timedelta(minutes=2)  # minutes younger than this may still receive samples in the normal flow
 MAX_MINUTES_PER_PASS = 240
+MAX_HOURS_PER_PASS = 48
 
 # rollup column -> raw column (sum and count are kept for each)
 ROLLED = {
@@ -29,6 +31,7 @@ ROLLED = {
     "temp": "temp_c",
     "sm_clock": "sm_clock_mhz",
 }
+SUMMED = ("samples", "up_samples", *(f"{name}_{part}" for name in ROLLED for part in ("sum", "n")))
 
 
 async def mark_dirty(conn: AsyncConnection[Any], stamps: np.ndarray) -> None:
@@ -45,24 +48,35 @@ async def mark_dirty(conn: AsyncConnection[Any], stamps: np.ndarray) -> None:
     )
 
 
-def _aggregate_sql() -> str:
+def _upsert_tail(table_key: str) -> str:
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in (*SUMMED, "temp_max", "sm_clock_min"))
+    return f" ON CONFLICT ({table_key}) DO UPDATE SET {updates}"
+
+
+def _minute_sql() -> str:
     sums = ", ".join(f"sum({raw}), count({raw})" for raw in ROLLED.values())
-    columns = ", ".join(f"{name}_sum, {name}_n" for name in ROLLED)
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for name in ROLLED for c in (f"{name}_sum", f"{name}_n"))
-    # Identifiers here come from the ROLLED constant above, never from input.
+    # Identifiers here come from the constants above, never from input.
     return (
-        f"INSERT INTO gpu_rollup_1m (bucket, gpu_id, samples, up_samples, {columns}, temp_max, sm_clock_min)"  # noqa: S608
+        f"INSERT INTO gpu_rollup_1m (bucket, gpu_id, {', '.join(SUMMED)}, temp_max, sm_clock_min)"  # noqa: S608
         f" SELECT date_bin('1 minute', ts, 'epoch'), gpu_id, count(*), count(*) FILTER (WHERE up), {sums},"
         "        max(temp_c), min(sm_clock_mhz)"
         " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(start)s + interval '1 minute'"
-        " GROUP BY 1, 2"
-        f" ON CONFLICT (gpu_id, bucket) DO UPDATE SET samples = EXCLUDED.samples,"
-        f" up_samples = EXCLUDED.up_samples, {updates}, temp_max = EXCLUDED.temp_max,"
-        " sm_clock_min = EXCLUDED.sm_clock_min"
+        " GROUP BY 1, 2" + _upsert_tail("gpu_id, bucket")
     )
 
 
-AGGREGATE = _aggregate_sql()
+def _hour_sql() -> str:
+    sums = ", ".join(f"sum({c})" for c in SUMMED)
+    return (
+        f"INSERT INTO gpu_rollup_1h (bucket, gpu_id, {', '.join(SUMMED)}, temp_max, sm_clock_min)"  # noqa: S608
+        f" SELECT %(start)s, gpu_id, {sums}, max(temp_max), min(sm_clock_min)"
+        " FROM gpu_rollup_1m WHERE bucket >= %(start)s AND bucket < %(start)s + interval '1 hour'"
+        " GROUP BY gpu_id" + _upsert_tail("gpu_id, bucket")
+    )
+
+
+AGGREGATE_MINUTE = _minute_sql()
+AGGREGATE_HOUR = _hour_sql()
 RACK_POWER = (
     "INSERT INTO rack_power_1m (bucket, cluster, rack, watts, gpus)"
     " SELECT r.bucket, n.cluster, n.rack, sum(r.power_sum / r.power_n), count(*)"
@@ -73,7 +87,8 @@ RACK_POWER = (
 
 
 async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> int:
-    """Aggregate settled dirty minutes (oldest first, at most MAX_MINUTES_PER_PASS); returns how many."""
+    """Aggregate settled dirty minutes (oldest first, at most MAX_MINUTES_PER_PASS), then the hours
+    they complete; returns how many minutes."""
     cutoff = (now or datetime.now(UTC)) - SETTLE
     cur = await conn.execute(
         "DELETE FROM rollup_dirty_minute WHERE bucket IN (SELECT bucket FROM rollup_dirty_minute"
@@ -82,6 +97,27 @@ async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> in
     )
     minutes = [row[0] for row in await cur.fetchall()]
     for minute in minutes:
-        await conn.execute(AGGREGATE, {"start": minute})
+        await conn.execute(AGGREGATE_MINUTE, {"start": minute})
         await conn.execute(RACK_POWER, {"start": minute})
+    if minutes:
+        await conn.execute(
+            "INSERT INTO rollup_dirty_hour (bucket) SELECT DISTINCT date_trunc('hour', m)"
+            " FROM unnest(%s::timestamptz[]) AS m ORDER BY 1"
+            " ON CONFLICT (bucket) DO UPDATE SET bucket = EXCLUDED.bucket",
+            (minutes,),
+        )
+    await _roll_up_hours(conn, cutoff)
     return len(minutes)
+
+
+async def _roll_up_hours(conn: AsyncConnection[Any], cutoff: datetime) -> None:
+    """Hours that are over and have no minute waiting: none of their minutes can change now."""
+    cur = await conn.execute(
+        "DELETE FROM rollup_dirty_hour WHERE bucket IN (SELECT h.bucket FROM rollup_dirty_hour h"
+        " WHERE h.bucket + interval '1 hour' <= %s AND NOT EXISTS (SELECT FROM rollup_dirty_minute m"
+        "  WHERE m.bucket >= h.bucket AND m.bucket < h.bucket + interval '1 hour')"
+        " ORDER BY h.bucket LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING bucket",
+        (cutoff - timedelta(minutes=1), MAX_HOURS_PER_PASS),
+    )
+    for (hour,) in await cur.fetchall():
+        await conn.execute(AGGREGATE_HOUR, {"start": hour})

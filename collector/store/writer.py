@@ -15,7 +15,7 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from collector.ingest.wire import Batch, Samples
-from collector.store import allocations, partitions, rollups
+from collector.store import allocations, events, partitions, rollups
 from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 from collector.store.copy_binary import CopyColumn
 from collector.store.copy_binary import encode as encode_copy
@@ -77,6 +77,7 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
         for batch, (node_id, gpu_ids, _), is_fresh in zip(batches, ids, fresh, strict=True):
             if is_fresh:
                 await allocations.record(conn, node_id, gpu_ids, batch)
+                await events.record(conn, node_id, gpu_ids, batch)
     for table, key, value in new_entries:
         table[key] = value
     return [

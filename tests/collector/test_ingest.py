@@ -12,12 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
+from exporter.events import Event
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from exporter.snapshot import Snapshot
 from exporter.wire import Origin, encode_batch
 from tests.conftest import RunningCollector, count_rows
 
-TABLES = ("node", "gpu", "ib_port", "ingest_batch", "gpu_sample", "ib_port_sample")
+TABLES = ("node", "gpu", "ib_port", "ingest_batch", "gpu_sample", "ib_port_sample", "event")
 
 
 def make_batch(seconds: int = 5, seq: int = 1, exporter_id: str | None = None) -> dict[str, Any]:
@@ -30,7 +31,7 @@ def make_batch(seconds: int = 5, seq: int = 1, exporter_id: str | None = None) -
         gpus, ports = source.read(now - seconds + i)
         snapshots.append(Snapshot(ts=now - seconds + i, gpus=gpus, ports=ports))
     origin = Origin("test", "rack-00", "node-000", "sim", exporter_id or str(uuid.uuid4()))
-    return encode_batch(origin, seq, snapshots)
+    return encode_batch(origin, seq, snapshots, [Event(now - 1, 3, "xid", code=79)])
 
 
 def post(
@@ -63,6 +64,7 @@ def test_valid_batch_is_stored_whole(collector: RunningCollector) -> None:
         "ingest_batch": 1,
         "gpu_sample": 40,
         "ib_port_sample": 40,
+        "event": 1,
     }
 
 
@@ -90,6 +92,7 @@ def test_retried_batch_is_stored_once(collector: RunningCollector) -> None:
     assert first.json()["duplicate"] is False
     assert again.status_code == 200 and again.json()["duplicate"] is True
     assert count_rows(collector.dsn, "gpu_sample") == 40
+    assert count_rows(collector.dsn, "event") == 1
 
 
 def test_same_seq_from_another_exporter_is_not_a_duplicate(collector: RunningCollector) -> None:
@@ -142,6 +145,15 @@ LAST_ROW = 39
         (["gpu_samples", "up"], [True], ["gpu_samples", "up"], "booleans"),
         (["port_samples", "values", "xmit_bytes", 0], -1, ["port_samples", "values", "xmit_bytes", 0], "out of range"),
         (["gpus", 0, "uuid"], 12, ["gpus", 0, "uuid"], "string"),
+        (["events"], {}, ["events"], "array"),
+        (["events", 0, "ts"], time.time() + 3600, ["events", 0, "ts"], "future"),
+        (["events", 0, "ts"], "now", ["events", 0, "ts"], "number"),
+        (["events", 0, "gpu"], 8, ["events", 0, "gpu"], "listed in gpus"),
+        (["events", 0, "kind"], "xid; drop", ["events", 0, "kind"], "underscores"),
+        (["events", 0, "kind"], DELETE, ["events", 0, "kind"], "required"),
+        (["events", 0, "code"], -1, ["events", 0, "code"], "between 0"),
+        (["events", 0, "count"], 0, ["events", 0, "count"], "between 1"),
+        (["events", 0, "message"], "x" * 2000, ["events", 0, "message"], "1 to 1024"),
     ],
 )
 def test_bad_field_gets_422_naming_it_and_nothing_is_written(

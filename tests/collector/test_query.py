@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from collector import query
-from collector.query.cells import cells_query
+from collector.query.cells import Splits, cells_query
 from collector.store import rollups
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -73,9 +73,9 @@ def test_heatmap_averages_buckets_and_groups_by_rack_then_node(conn: psycopg.Con
 def test_rollup_and_raw_give_the_same_heatmap(conn: psycopg.Connection) -> None:
     time_range = query.TimeRange(T0, T0 + timedelta(minutes=2))
     from_rollup = query.heatmap(conn, "util_pct", time_range, 60)
-    sql_raw, params = cells_query("util_pct", time_range, 60, split=None)
+    sql_raw, params = cells_query("util_pct", time_range, 60, splits=None)
     raw = {(g, b): v for g, b, v in conn.execute(sql_raw, params).fetchall()}
-    rolled_sql, rolled_params = cells_query("util_pct", time_range, 60, split=T0 + timedelta(hours=1))
+    rolled_sql, rolled_params = cells_query("util_pct", time_range, 60, Splits(T0, T0 + timedelta(hours=1)))
     rolled = {(g, b): v for g, b, v in conn.execute(rolled_sql, rolled_params).fetchall()}
     assert rolled == pytest.approx(raw) and len(raw) == 7
     assert from_rollup.values.shape == (4, 2)
