@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
 
 import psycopg
 from fastapi import Depends, FastAPI
@@ -19,10 +18,12 @@ from collector.api.deps import require_read_token
 from collector.api.fast_ingest import FastIngest
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
-from collector.store import allocations, partitions, rollups
+from collector.store import allocations, rollups
 from collector.store.group_writer import MAX_GROUP, GroupWriter
 from collector.store.migrate import migrate
 from collector.store.pools import open_read_pool
+from collector.store.retention import DEFAULT_RETENTION, Retention
+from collector.store.retention import apply as retention_pass
 from collector.store.writer import InventoryCache
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def create_app(
     max_body_bytes: int = 32 * 2**20,
     max_concurrent_writes: int = 8,
     read_auth: TokenAuth | None = None,
-    retention: timedelta = timedelta(days=30),
+    retention: Retention = DEFAULT_RETENTION,
 ) -> FastIngest:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -42,7 +43,7 @@ def create_app(
         ingest_pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_concurrent_writes, open=False)
         await ingest_pool.open(wait=True, timeout=30)  # fail start-up fast if the database is away
         async with ingest_pool.connection() as conn:
-            await partitions.maintain(conn, retention)  # today's partitions exist before the first batch
+            await retention_pass(conn, retention)  # today's partitions exist before the first batch
         read_pool = await run_in_threadpool(open_read_pool, dsn)
         app.state.ingest_pool = ingest_pool
         app.state.read_pool = read_pool
@@ -54,7 +55,7 @@ def create_app(
             # Batches waiting for the group writer; beyond this the collector answers 503 (back-pressure).
             write_slots=asyncio.Semaphore(max_concurrent_writes * MAX_GROUP),
             writer=GroupWriter(ingest_pool, cache, writers=max(1, max_concurrent_writes // 2)),
-            retention_s=retention.total_seconds(),
+            retention_s=retention.raw.total_seconds(),
             cache=cache,
         )
         expiry = asyncio.create_task(_maintenance(ingest_pool, retention), name="maintenance")
@@ -78,7 +79,7 @@ def create_app(
     return FastIngest(app)  # the ingest route's fast path in front of everything FastAPI serves
 
 
-async def _maintenance(pool: AsyncConnectionPool, retention: timedelta, every_s: float = 60.0) -> None:
+async def _maintenance(pool: AsyncConnectionPool, retention: Retention, every_s: float = 60.0) -> None:
     """Close allocations whose exporter went quiet and roll up settled minutes (every minute); partitions
     ahead and retention (hourly).
     Every collector replica may run this: each step is idempotent."""
@@ -94,7 +95,7 @@ async def _maintenance(pool: AsyncConnectionPool, retention: timedelta, every_s:
                 await rollups.roll_up(conn)
             if time.monotonic() - last_partitions >= 3600:
                 async with pool.connection() as conn:
-                    await partitions.maintain(conn, retention)
+                    await retention_pass(conn, retention)
                 last_partitions = time.monotonic()
         except psycopg.Error as exc:
             log.warning("maintenance failed (will retry): %s", exc)

@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -44,7 +43,7 @@ def run(settings: CollectorSettings) -> None:
             settings.max_body_bytes,
             settings.max_concurrent_writes,
             read_auth,
-            timedelta(days=settings.retention_days),
+            settings.retention(),
         )
         log.info("collector listening on %s:%d", host, port)
         uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from collector.store.retention import Retention
 
 # Exporters on every node push here, so the production default listens on all interfaces.
 DEFAULT_LISTEN = "0.0.0.0:9410"
@@ -36,3 +39,17 @@ class CollectorSettings(BaseSettings):
     max_body_bytes: int = 32 * 2**20
     max_concurrent_writes: int = 8
     retention_days: float = Field(default=30.0, gt=0)  # raw samples older than this are dropped, day by day
+    minute_rollup_days: float = Field(default=90.0, gt=0)  # at least retention_days
+    hour_rollup_days: float = Field(default=730.0, gt=0)  # hour rollups and events; at least minute_rollup_days
+
+    @model_validator(mode="after")
+    def _tiers_outlive_finer_ones(self) -> CollectorSettings:
+        self.retention()  # raises ValueError naming the rule, which pydantic reports
+        return self
+
+    def retention(self) -> Retention:
+        return Retention(
+            raw=timedelta(days=self.retention_days),
+            minute_rollups=timedelta(days=self.minute_rollup_days),
+            hour_rollups=timedelta(days=self.hour_rollup_days),
+        )

@@ -78,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument("--token-file", type=Path, help="ingest bearer token (default: generated in --data-dir)")
     collector.add_argument("--node-tokens-file", type=Path, help="per-node ingest tokens, 'NODE TOKEN' per line")
     collector.add_argument("--retention-days", type=_positive_float, help="keep raw samples this long (default 30)")
+    collector.add_argument(
+        "--minute-rollup-days", type=_positive_float, help="keep 1-minute rollups this long (default 90)"
+    )
+    collector.add_argument(
+        "--hour-rollup-days", type=_positive_float, help="keep 1-hour rollups and events this long (default 730)"
+    )
     collector.add_argument("--read-token-file", type=Path, help="require this bearer token on the read API")
     collector.set_defaults(run=_run_collector)
 
@@ -139,6 +145,8 @@ def _run_collector(args: argparse.Namespace) -> None:
             "node_tokens_file": args.node_tokens_file,
             "read_token_file": args.read_token_file,
             "retention_days": args.retention_days,
+            "minute_rollup_days": args.minute_rollup_days,
+            "hour_rollup_days": args.hour_rollup_days,
         }.items()
         if value is not None
     }

@@ -77,6 +77,10 @@ def test_sim_exporter_serves_metrics_and_pushes(collector: RunningCollector, tmp
         (["demo", "--nodes", "0"], "must be >= 1"),
         (["demo", "--dashboard-port", "70000"], "TCP port"),
         (["exporter", "--interval", "-1"], "must be > 0"),
+        (
+            ["collector", "--db", "postgresql://127.0.0.1:9/x", "--retention-days", "60", "--minute-rollup-days", "7"],
+            "minute rollups must be kept at least as long as raw samples",
+        ),
     ],
 )
 def test_bad_input_gets_a_clear_error(args: list[str], needle: str) -> None:

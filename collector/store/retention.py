@@ -1,0 +1,59 @@
+"""How long each kind of data is kept, and the hourly pass that drops what is older.
+
+Raw samples go first (whole daily partitions), minute rollups later, hour rollups and events last:
+each coarser tier outlives the finer one, so a long-range chart still has data after raw is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg import AsyncConnection, sql
+
+from collector.store import partitions
+
+log = logging.getLogger(__name__)
+
+MINUTE_TABLES = ("gpu_rollup_1m", "rack_power_1m")
+HOUR_TABLES = ("gpu_rollup_1h",)
+
+
+@dataclass(frozen=True)
+class Retention:
+    raw: timedelta = timedelta(days=30)
+    minute_rollups: timedelta = timedelta(days=90)
+    hour_rollups: timedelta = timedelta(days=730)  # and events
+
+    def __post_init__(self) -> None:
+        if self.raw <= timedelta(0):
+            raise ValueError("raw retention must be positive")
+        if self.minute_rollups < self.raw:
+            raise ValueError("minute rollups must be kept at least as long as raw samples")
+        if self.hour_rollups < self.minute_rollups:
+            raise ValueError("hour rollups must be kept at least as long as minute rollups")
+
+
+DEFAULT_RETENTION = Retention()
+
+
+async def apply(conn: AsyncConnection[Any], retention: Retention, now: datetime | None = None) -> dict[str, int]:
+    """Partitions ahead, then drop raw partitions and delete rollup rows and events past their retention;
+    returns the rows deleted per table (raw partitions are logged by partitions.maintain)."""
+    now = now or datetime.now(UTC)
+    await partitions.maintain(conn, retention.raw, now)
+    deleted = {}
+    cutoffs = [(t, retention.minute_rollups, "bucket") for t in MINUTE_TABLES]
+    cutoffs += [(t, retention.hour_rollups, "bucket") for t in HOUR_TABLES]
+    cutoffs.append(("event", retention.hour_rollups, "ts"))
+    for table, keep, column in cutoffs:
+        cur = await conn.execute(
+            sql.SQL("DELETE FROM {} WHERE {} < %s").format(sql.Identifier(table), sql.Identifier(column)),
+            (now - keep,),
+        )
+        deleted[table] = cur.rowcount
+    if any(deleted.values()):
+        log.info("retention: deleted %s", ", ".join(f"{n} rows from {t}" for t, n in deleted.items() if n))
+    return deleted
