@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 from psycopg_pool import AsyncConnectionPool
 from starlette.concurrency import run_in_threadpool
 
-from collector.api import health, ingest, read
+from collector.api import health, ingest, read, read_jobs, read_nics
 from collector.api.deps import require_read_token
 from collector.api.fast_ingest import FastIngest
 from collector.auth import TokenAuth
@@ -74,7 +74,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.include_router(ingest.router)
-    app.include_router(read.router, dependencies=[Depends(require_read_token)])
+    for router in (read.router, read_nics.router, read_jobs.router):
+        app.include_router(router, dependencies=[Depends(require_read_token)])
     app.include_router(health.router)
     return FastIngest(app)  # the ingest route's fast path in front of everything FastAPI serves
 

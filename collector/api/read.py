@@ -1,30 +1,45 @@
-"""GET /api/v1/heatmap and /api/v1/rack-power: the read API over the query layer."""
+"""GET /api/v1/heatmap, /series, /rack-power and /fleet: GPU telemetry through the query layer."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel
 
 from collector import query
 from collector.api.deps import ReadPoolDep
+from collector.api.params import BucketParam, TimeRangeDep, bucket_width
 from collector.query.arrays import nan_to_none
 from collector.store.columns import GPU_METRIC_KEYS
 
 router = APIRouter(prefix="/api/v1", tags=["read"])
 
-MinutesParam = Annotated[int, Query(ge=1, le=7 * 24 * 60, description="How far back from now")]
-BucketParam = Annotated[int | None, Query(ge=1, le=86400, description="Bucket width in seconds (default: auto)")]
+MAX_SERIES_GPUS = 4096
+
+
+class GpuOut(BaseModel):
+    cluster: str
+    rack: str
+    node: str
+    gpu: int
+    uuid: str
 
 
 class HeatmapOut(BaseModel):
     metric: str
     bucket_seconds: int
     times: list[datetime]
-    gpus: list[dict[str, Any]]
+    gpus: list[GpuOut]
     values: list[list[float | None]]
+
+
+class SeriesOut(BaseModel):
+    bucket_seconds: int
+    times: list[datetime]
+    gpus: list[GpuOut]
+    values: dict[str, list[list[float | None]]]  # metric -> one list per GPU, one value per time
 
 
 class RackPowerOut(BaseModel):
@@ -34,32 +49,85 @@ class RackPowerOut(BaseModel):
     watts: list[list[float | None]]
 
 
-@router.get("/heatmap", response_model=HeatmapOut, summary="One metric per GPU per time bucket")
-def get_heatmap(
-    pool: ReadPoolDep, minutes: MinutesParam = 60, metric: str = "util_pct", bucket_seconds: BucketParam = None
-) -> HeatmapOut:
+class FleetOut(BaseModel):
+    gpus_known: int
+    gpus_reporting: int
+    gpus_up: int
+    mean_util_pct: float | None
+    total_power_w: float | None
+
+
+def gpu_out(row: query.GpuRow) -> GpuOut:
+    return GpuOut(cluster=row.cluster, rack=row.rack, node=row.node, gpu=row.gpu_index, uuid=row.uuid)
+
+
+def _check_metric(metric: str) -> None:
     if metric not in GPU_METRIC_KEYS:
         raise HTTPException(422, f"unknown metric {metric!r}; one of {sorted(GPU_METRIC_KEYS)}")
-    time_range = query.last(minutes * 60)
-    bucket = bucket_seconds or query.bucket_for(time_range)
+
+
+@router.get("/heatmap", response_model=HeatmapOut, summary="One metric for every GPU per time bucket")
+def get_heatmap(
+    pool: ReadPoolDep, time_range: TimeRangeDep, metric: str = "util_pct", bucket_seconds: BucketParam = None
+) -> HeatmapOut:
+    _check_metric(metric)
+    bucket = bucket_width(time_range, bucket_seconds)
     with pool.connection() as conn:
         result = query.heatmap(conn, metric, time_range, bucket)
     return HeatmapOut(
         metric=metric,
         bucket_seconds=bucket,
         times=result.times,
-        gpus=[
-            {"cluster": r.cluster, "rack": r.rack, "node": r.node, "gpu": r.gpu_index, "uuid": r.uuid}
-            for r in result.rows
-        ],
+        gpus=[gpu_out(r) for r in result.rows],
         values=nan_to_none(result.values),
     )
 
 
+@router.get(
+    "/series",
+    response_model=SeriesOut,
+    summary="Metrics of chosen GPUs per time bucket: a node's (cluster, node), one GPU (uuid) or a job's (job)",
+)
+def get_series(
+    pool: ReadPoolDep,
+    time_range: TimeRangeDep,
+    metric: Annotated[list[str], Query(min_length=1, max_length=16)],
+    cluster: str | None = None,
+    node: str | None = None,
+    uuid: str | None = None,
+    job: str | None = None,
+    bucket_seconds: BucketParam = None,
+) -> SeriesOut:
+    for name in metric:
+        _check_metric(name)
+    if node is None and uuid is None and job is None:
+        raise HTTPException(422, "choose GPUs with node, uuid or job (the whole fleet is /heatmap)")
+    bucket = bucket_width(time_range, bucket_seconds)
+    with pool.connection() as conn:
+        gpu_ids = query.select_gpus(conn, cluster=cluster, node=node, uuid=uuid, job=job)
+        if not gpu_ids:
+            raise HTTPException(404, "no GPU matches")
+        if len(gpu_ids) > MAX_SERIES_GPUS:
+            raise HTTPException(422, f"{len(gpu_ids)} GPUs match; at most {MAX_SERIES_GPUS} per request")
+        result = query.series(conn, metric, time_range, bucket, gpu_ids)
+    return SeriesOut(
+        bucket_seconds=bucket,
+        times=result.times,
+        gpus=[gpu_out(r) for r in result.rows],
+        values={name: nan_to_none(values) for name, values in result.values.items()},
+    )
+
+
 @router.get("/rack-power", response_model=RackPowerOut, summary="Total GPU power per rack per time bucket")
-def get_rack_power(pool: ReadPoolDep, minutes: MinutesParam = 60, bucket_seconds: BucketParam = None) -> RackPowerOut:
-    time_range = query.last(minutes * 60)
-    bucket = bucket_seconds or query.bucket_for(time_range)
+def get_rack_power(pool: ReadPoolDep, time_range: TimeRangeDep, bucket_seconds: BucketParam = None) -> RackPowerOut:
+    bucket = bucket_width(time_range, bucket_seconds)
     with pool.connection() as conn:
         result = query.rack_power(conn, time_range, bucket)
     return RackPowerOut(bucket_seconds=bucket, times=result.times, racks=result.racks, watts=nan_to_none(result.watts))
+
+
+@router.get("/fleet", response_model=FleetOut, summary="GPUs known, reporting and up; mean utilisation, total power")
+def get_fleet(pool: ReadPoolDep) -> FleetOut:
+    with pool.connection() as conn:
+        summary = query.fleet_summary(conn)
+    return FleetOut(**vars(summary))

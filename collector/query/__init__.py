@@ -1,19 +1,39 @@
 """The one query layer: the read API, the dashboard, the detector and the alerts all read through it."""
 
+from collector.query.events import EventRow, events
 from collector.query.fleet import FleetSummary, fleet_summary
-from collector.query.heatmap import Heatmap, HeatmapRow, heatmap
+from collector.query.heatmap import Heatmap, Series, heatmap, series
+from collector.query.inventory import GpuRow, PortRow, select_gpus, select_ports
+from collector.query.jobs import JobGpu, JobRow, JobState, Usage, job, job_gpus, jobs
+from collector.query.nic import NicSeries, nic_series
 from collector.query.rack_power import RackPower, rack_power
 from collector.query.timerange import TimeRange, bucket_for, last
 
 __all__ = [
+    "EventRow",
     "FleetSummary",
+    "GpuRow",
     "Heatmap",
-    "HeatmapRow",
+    "JobGpu",
+    "JobRow",
+    "JobState",
+    "NicSeries",
+    "PortRow",
     "RackPower",
+    "Series",
     "TimeRange",
+    "Usage",
     "bucket_for",
+    "events",
     "fleet_summary",
     "heatmap",
+    "job",
+    "job_gpus",
+    "jobs",
     "last",
+    "nic_series",
     "rack_power",
+    "select_gpus",
+    "select_ports",
+    "series",
 ]

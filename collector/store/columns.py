@@ -17,6 +17,7 @@ class Column:
     pg_type: str  # as given to psycopg's binary COPY set_types
     low: float
     high: float
+    counter: bool = False  # only increases (until a reset): charts show its rate
 
     @property
     def integer(self) -> bool:
@@ -24,7 +25,7 @@ class Column:
 
 
 def _counter(key: str) -> Column:
-    return Column(key, "int8", 0, INT64_MAX)
+    return Column(key, "int8", 0, INT64_MAX, counter=True)
 
 
 GPU_COLUMNS: tuple[Column, ...] = (
@@ -38,7 +39,7 @@ GPU_COLUMNS: tuple[Column, ...] = (
     Column("mem_temp_c", "float4", -40, 200),
     Column("power_w", "float4", 0, 10_000),
     Column("power_limit_w", "float4", 0, 10_000),
-    Column("energy_j", "float8", 0, 1e18),
+    Column("energy_j", "float8", 0, 1e18, counter=True),
     Column("sm_clock_mhz", "float4", 0, 10_000),
     Column("mem_clock_mhz", "float4", 0, 20_000),
     Column("clock_event_reasons", "int8", 0, INT64_MAX),
@@ -47,8 +48,8 @@ GPU_COLUMNS: tuple[Column, ...] = (
     _counter("ecc_uncorrected"),
     Column("pcie_tx_bytes_per_s", "float4", 0, 1e12),
     Column("pcie_rx_bytes_per_s", "float4", 0, 1e12),
-    Column("throttle_power_s", "float8", 0, 1e12),
-    Column("throttle_thermal_s", "float8", 0, 1e12),
+    Column("throttle_power_s", "float8", 0, 1e12, counter=True),
+    Column("throttle_thermal_s", "float8", 0, 1e12, counter=True),
     _counter("remapped_rows_correctable"),
     _counter("remapped_rows_uncorrectable"),
     Column("remap_pending", "int2", 0, 1),
@@ -78,3 +79,4 @@ PORT_COLUMNS: tuple[Column, ...] = (
 
 # Metrics a heatmap or chart may show: a whitelist, since the name becomes an SQL identifier.
 GPU_METRIC_KEYS = frozenset(c.key for c in GPU_COLUMNS)
+PORT_METRICS = {c.key: c for c in PORT_COLUMNS}

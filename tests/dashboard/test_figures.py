@@ -6,14 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from collector.query import Heatmap, HeatmapRow, RackPower
+from collector.query import GpuRow, Heatmap, RackPower
 from dashboard.figures import heatmap_figure, rack_power_figure
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def small_heatmap() -> Heatmap:
-    rows = [HeatmapRow(i, "c", f"rack-{i // 2}", f"n{i // 2}", i % 2, f"GPU-{i}") for i in range(4)]
+    rows = [GpuRow(i, "c", f"rack-{i // 2}", f"n{i // 2}", i % 2, f"GPU-{i}") for i in range(4)]
     values = np.array([[10.0, np.nan], [20.0, 30.0], [40.0, 50.0], [np.nan, np.nan]])
     return Heatmap("util_pct", 60, rows, [T0, T0 + timedelta(minutes=1)], values)
 

@@ -1,0 +1,134 @@
+"""GET /api/v1/jobs, /jobs/{job_id} and /events: who ran what on which GPUs, how well, and what broke."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+from pydantic import BaseModel
+
+from collector import query
+from collector.api.deps import ReadPoolDep
+from collector.api.params import TimeRangeDep
+from collector.api.read import GpuOut, gpu_out
+
+router = APIRouter(prefix="/api/v1", tags=["read"])
+
+
+class UsageOut(BaseModel):
+    """Means over the samples of the allocation(s); null where the GPUs did not report the metric."""
+
+    mean_util_pct: float | None
+    mean_sm_active_pct: float | None
+    mean_tensor_active_pct: float | None
+    mean_power_w: float | None
+
+
+class JobOut(BaseModel):
+    job_id: str
+    user: str | None
+    state: str  # running | finished
+    started_at: datetime
+    ended_at: datetime | None
+    last_seen: datetime
+    nodes: list[str]
+    gpus: int
+    gpu_hours: float
+    usage: UsageOut
+
+
+class JobGpuOut(BaseModel):
+    gpu: GpuOut
+    started_at: datetime
+    ended_at: datetime | None
+    usage: UsageOut
+
+
+class JobDetailOut(BaseModel):
+    job: JobOut
+    gpus: list[JobGpuOut]
+
+
+class EventOut(BaseModel):
+    ts: datetime
+    cluster: str
+    rack: str
+    node: str
+    gpu: int | None
+    uuid: str | None
+    kind: str
+    code: int | None
+    count: int
+    message: str | None
+
+
+def _job_out(job: query.JobRow) -> JobOut:
+    return JobOut(
+        job_id=job.job_id,
+        user=job.user,
+        state="running" if job.running else "finished",
+        started_at=job.started_at,
+        ended_at=job.ended_at,
+        last_seen=job.last_seen,
+        nodes=job.nodes,
+        gpus=job.gpus,
+        gpu_hours=job.gpu_hours,
+        usage=UsageOut(**vars(job.usage)),
+    )
+
+
+@router.get("/jobs", response_model=list[JobOut], summary="Jobs that held GPUs in the range, with their efficiency")
+def get_jobs(
+    pool: ReadPoolDep,
+    time_range: TimeRangeDep,
+    state: query.JobState = "all",
+    user: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+) -> list[JobOut]:
+    with pool.connection() as conn:
+        return [_job_out(job) for job in query.jobs(conn, time_range, state=state, user=user, limit=limit)]
+
+
+@router.get("/jobs/{job_id}", response_model=JobDetailOut, summary="One job: each GPU it held and how it used it")
+def get_job(pool: ReadPoolDep, job_id: str) -> JobDetailOut:
+    with pool.connection() as conn:
+        job = query.job(conn, job_id)
+        gpus = query.job_gpus(conn, job_id)
+    if job is None:
+        raise HTTPException(404, f"no job {job_id!r}")
+    return JobDetailOut(
+        job=_job_out(job),
+        gpus=[
+            JobGpuOut(gpu=gpu_out(g.gpu), started_at=g.started_at, ended_at=g.ended_at, usage=UsageOut(**vars(g.usage)))
+            for g in gpus
+        ],
+    )
+
+
+@router.get("/events", response_model=list[EventOut], summary="XID errors, GPUs lost and back, newest first")
+def get_events(
+    pool: ReadPoolDep,
+    time_range: TimeRangeDep,
+    kind: Annotated[list[str], Query(max_length=32, description="Only these kinds (repeat for several)")] = [],  # noqa: B006
+    cluster: str | None = None,
+    node: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[EventOut]:
+    with pool.connection() as conn:
+        rows = query.events(conn, time_range, kinds=kind, cluster=cluster, node=node, limit=limit)
+    return [
+        EventOut(
+            ts=e.ts,
+            cluster=e.cluster,
+            rack=e.rack,
+            node=e.node,
+            gpu=e.gpu_index,
+            uuid=e.gpu_uuid,
+            kind=e.kind,
+            code=e.code,
+            count=e.count,
+            message=e.message,
+        )
+        for e in rows
+    ]

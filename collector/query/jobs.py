@@ -1,0 +1,142 @@
+"""Jobs (running and finished) with their GPUs and how well they used them.
+
+Efficiency is the mean utilisation, SM activity, tensor activity and power over the samples of each
+allocation, read from the hour rollup for its whole settled hours and the minute rollup for the rest:
+a week-long job costs hours of rows, not minutes. Minutes not yet rolled up (the last two or three)
+are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from psycopg import Connection
+
+from collector.query.cells import rollup_splits
+from collector.query.inventory import GpuRow
+from collector.query.timerange import TimeRange
+
+JobState = Literal["running", "finished", "all"]
+MEANS = ("util", "sm_active", "tensor", "power")
+
+
+@dataclass(frozen=True)
+class Usage:
+    mean_util_pct: float | None
+    mean_sm_active_pct: float | None
+    mean_tensor_active_pct: float | None
+    mean_power_w: float | None
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job_id: str
+    user: str | None
+    running: bool
+    started_at: datetime
+    ended_at: datetime | None  # None while running
+    last_seen: datetime
+    nodes: list[str]
+    gpus: int
+    gpu_hours: float
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class JobGpu:
+    gpu: GpuRow
+    started_at: datetime
+    ended_at: datetime | None
+    usage: Usage
+
+
+def _with_usage(picked: str, select: str) -> str:
+    """`select` over the CTEs `alloc` (the picked jobs' allocations with their hour window) and
+    `per_alloc` (sums and counts per allocation); `picked` is a CTE body yielding job_id.
+    Only the constants below go in: values travel as parameters."""
+    columns = ", ".join(f"r.{m}_sum, r.{m}_n" for m in MEANS)
+    sums = ", ".join(f"sum({m}_sum) AS {m}_sum, sum({m}_n) AS {m}_n" for m in MEANS)
+    return (
+        f"WITH picked AS ({picked}),"  # noqa: S608
+        " alloc AS (SELECT a.*, coalesce(a.ended_at, now()) AS hi,"
+        "   date_trunc('hour', a.started_at + interval '1 hour' - interval '1 microsecond') AS h_lo,"
+        "   least(date_trunc('hour', coalesce(a.ended_at, now())), %(hour_split)s) AS h_hi"
+        "   FROM job_allocation a WHERE a.job_id IN (SELECT job_id FROM picked)),"
+        f" usage AS (SELECT a.allocation_id, {columns} FROM alloc a JOIN gpu_rollup_1h r"
+        "   ON r.gpu_id = a.gpu_id AND r.bucket >= a.h_lo AND r.bucket < a.h_hi"
+        f"  UNION ALL SELECT a.allocation_id, {columns} FROM alloc a JOIN gpu_rollup_1m r"
+        "   ON r.gpu_id = a.gpu_id AND r.bucket >= a.started_at AND r.bucket < a.hi"
+        "   AND (r.bucket < a.h_lo OR r.bucket >= a.h_hi)),"
+        f" per_alloc AS (SELECT allocation_id, {sums} FROM usage GROUP BY 1) {select}"
+    )
+
+
+MEANS_SQL = ", ".join(f"(sum(p.{m}_sum) / nullif(sum(p.{m}_n), 0))::float8" for m in MEANS)
+SUMMARY_SELECT = (
+    "SELECT a.job_id, min(a.username), bool_or(a.ended_at IS NULL), min(a.started_at),"  # noqa: S608 (constants)
+    " CASE WHEN bool_or(a.ended_at IS NULL) THEN NULL ELSE max(a.ended_at) END, max(a.last_seen),"
+    " array_agg(DISTINCT n.name ORDER BY n.name), count(DISTINCT a.gpu_id),"
+    f" (sum(extract(epoch FROM a.hi - a.started_at)) / 3600)::float8, {MEANS_SQL}"
+    " FROM alloc a JOIN node n USING (node_id) LEFT JOIN per_alloc p USING (allocation_id)"
+    " GROUP BY a.job_id ORDER BY bool_or(a.ended_at IS NULL) DESC, max(coalesce(a.ended_at, a.last_seen)) DESC,"
+    " a.job_id"
+)
+JOBS_SQL = _with_usage(
+    "SELECT job_id FROM job_allocation WHERE started_at < %(end)s AND coalesce(ended_at, 'infinity') >= %(start)s"
+    " AND (%(user)s::text IS NULL OR username = %(user)s) GROUP BY job_id"
+    " HAVING %(state)s = 'all' OR (%(state)s = 'running') = bool_or(ended_at IS NULL)"
+    " ORDER BY bool_or(ended_at IS NULL) DESC, max(coalesce(ended_at, last_seen)) DESC, job_id LIMIT %(limit)s",
+    SUMMARY_SELECT,
+)
+ONE_JOB_SQL = _with_usage("SELECT %(job)s::text AS job_id", SUMMARY_SELECT)
+JOB_GPUS_SQL = _with_usage(
+    "SELECT %(job)s::text AS job_id",
+    "SELECT g.gpu_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid, a.started_at, a.ended_at,"  # noqa: S608
+    f" {MEANS_SQL} FROM alloc a JOIN gpu g USING (gpu_id) JOIN node n ON n.node_id = a.node_id"
+    " LEFT JOIN per_alloc p USING (allocation_id)"
+    " GROUP BY a.allocation_id, g.gpu_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid, a.started_at, a.ended_at"
+    " ORDER BY n.cluster, n.rack, n.name, g.gpu_index, a.started_at",
+)
+
+
+def jobs(
+    conn: Connection[Any], time_range: TimeRange, state: JobState = "all", user: str | None = None, limit: int = 500
+) -> list[JobRow]:
+    """Jobs that held GPUs at some point in the range: running first, then the most recently active."""
+    params = {
+        "start": time_range.start,
+        "end": time_range.end,
+        "user": user,
+        "state": state,
+        "limit": limit,
+        "hour_split": rollup_splits(conn).hour,
+    }
+    return [_job_row(row) for row in conn.execute(JOBS_SQL, params).fetchall()]
+
+
+def job(conn: Connection[Any], job_id: str) -> JobRow | None:
+    row = conn.execute(ONE_JOB_SQL, {"job": job_id, "hour_split": rollup_splits(conn).hour}).fetchone()
+    return _job_row(row) if row else None
+
+
+def job_gpus(conn: Connection[Any], job_id: str) -> list[JobGpu]:
+    """Each GPU the job held (one entry per allocation), with its own usage: the per-rank view."""
+    rows = conn.execute(JOB_GPUS_SQL, {"job": job_id, "hour_split": rollup_splits(conn).hour}).fetchall()
+    return [JobGpu(GpuRow(*row[:6]), row[6], row[7], Usage(*row[8:12])) for row in rows]
+
+
+def _job_row(row: tuple[Any, ...]) -> JobRow:
+    return JobRow(
+        job_id=row[0],
+        user=row[1],
+        running=row[2],
+        started_at=row[3],
+        ended_at=row[4],
+        last_seen=row[5],
+        nodes=row[6],
+        gpus=row[7],
+        gpu_hours=row[8],
+        usage=Usage(*row[9:13]),
+    )
