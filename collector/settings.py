@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from collector.store.retention import Retention
+from collector.store.timescale import Mode
 
 # Exporters on every node push here, so the production default listens on all interfaces.
 DEFAULT_LISTEN = "0.0.0.0:9410"
@@ -40,6 +41,7 @@ class CollectorSettings(BaseSettings):
     max_concurrent_writes: int = 8
     retention_days: float = Field(default=30.0, gt=0)  # raw samples older than this are dropped, day by day
     minute_rollup_days: float = Field(default=90.0, gt=0)  # at least retention_days
+    timescaledb: Mode = "auto"  # use TimescaleDB when the server has it ("on": require it; "off": never)
     hour_rollup_days: float = Field(default=730.0, gt=0)  # hour rollups and events; at least minute_rollup_days
 
     @model_validator(mode="after")

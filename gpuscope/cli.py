@@ -84,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument(
         "--hour-rollup-days", type=_positive_float, help="keep 1-hour rollups and events this long (default 730)"
     )
+    collector.add_argument(
+        "--timescaledb",
+        choices=["auto", "on", "off"],
+        help="TimescaleDB hypertables and continuous aggregates: auto (default: if the server has it), on, off",
+    )
     collector.add_argument("--read-token-file", type=Path, help="require this bearer token on the read API")
     collector.set_defaults(run=_run_collector)
 
@@ -147,6 +152,7 @@ def _run_collector(args: argparse.Namespace) -> None:
             "retention_days": args.retention_days,
             "minute_rollup_days": args.minute_rollup_days,
             "hour_rollup_days": args.hour_rollup_days,
+            "timescaledb": args.timescaledb,
         }.items()
         if value is not None
     }

@@ -13,7 +13,8 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from collector.store import partitions
+from collector.store import partitions, timescale
+from collector.store.timescale import Layout
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +40,27 @@ class Retention:
 DEFAULT_RETENTION = Retention()
 
 
-async def apply(conn: AsyncConnection[Any], retention: Retention, now: datetime | None = None) -> dict[str, int]:
-    """Partitions ahead, then drop raw partitions and delete rollup rows and events past their retention;
-    returns the rows deleted per table (raw partitions are logged by partitions.maintain)."""
+async def apply(
+    conn: AsyncConnection[Any], retention: Retention, now: datetime | None = None, layout: Layout = "plain"
+) -> dict[str, int]:
+    """Drop raw samples, rollups and events past their retention (plain layout: and make partitions
+    ahead); returns the rows deleted per table (dropped partitions and chunks are logged)."""
     now = now or datetime.now(UTC)
-    await partitions.maintain(conn, retention.raw, now)
+    cutoffs: list[tuple[str, timedelta, str]] = [("event", retention.hour_rollups, "ts")]
+    if layout == "timescaledb":
+        await timescale.drop_old(
+            conn,
+            {
+                "raw": now - retention.raw,
+                "minute": now - retention.minute_rollups,
+                "hour": now - retention.hour_rollups,
+            },
+        )
+    else:
+        await partitions.maintain(conn, retention.raw, now)
+        cutoffs += [(t, retention.minute_rollups, "bucket") for t in MINUTE_TABLES]
+        cutoffs += [(t, retention.hour_rollups, "bucket") for t in HOUR_TABLES]
     deleted = {}
-    cutoffs = [(t, retention.minute_rollups, "bucket") for t in MINUTE_TABLES]
-    cutoffs += [(t, retention.hour_rollups, "bucket") for t in HOUR_TABLES]
-    cutoffs.append(("event", retention.hour_rollups, "ts"))
     for table, keep, column in cutoffs:
         cur = await conn.execute(
             sql.SQL("DELETE FROM {} WHERE {} < %s").format(sql.Identifier(table), sql.Identifier(column)),

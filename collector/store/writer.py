@@ -19,6 +19,7 @@ from collector.store import allocations, events, partitions, rollups
 from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 from collector.store.copy_binary import CopyColumn
 from collector.store.copy_binary import encode as encode_copy
+from collector.store.timescale import Layout
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,15 @@ class StoreResult:
 
 
 class InventoryCache:
-    """Ids of nodes, GPUs and ports already in the database, so steady-state batches skip the upserts.
+    """Ids of nodes, GPUs and ports already in the database, so steady-state batches skip the upserts,
+    and the storage layout they are written to.
 
     Entries are added only after the transaction that created them commits.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, layout: Layout = "plain") -> None:
+        # TimescaleDB makes its own chunks and keeps its own aggregates: no partitions or dirty minutes.
+        self.plain_layout = layout == "plain"
         self.nodes: dict[tuple[str, str, str], int] = {}
         self.gpus: dict[tuple[int, int, str, str, str], int] = {}
         self.ports: dict[tuple[int, str, int], int] = {}
@@ -52,8 +56,9 @@ async def store_batch(pool: AsyncConnectionPool, batch: Batch, cache: InventoryC
 async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: InventoryCache) -> list[StoreResult]:
     """Store several batches in one transaction with one COPY per table (group commit): the per-batch
     cost of a transaction and of a COPY is shared. Results are in the order of `batches`."""
-    for batch in batches:
-        await _ensure_partitions(pool, batch, cache)
+    if cache.plain_layout:
+        for batch in batches:
+            await _ensure_partitions(pool, batch, cache)
     new_entries: PendingEntries = []
     async with pool.connection() as conn, conn.transaction():
         ids = []
@@ -72,7 +77,8 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
                 gpu_parts.append((batch.gpu_samples, gpu_index_to_id))
                 port_parts.append((batch.port_samples, np.array(port_ids, dtype=np.int64)))
         await _copy(conn, "gpu_sample", "gpu_id", GPU_COLUMNS, gpu_parts)
-        await rollups.mark_dirty(conn, np.concatenate([samples.ts for samples, _ in gpu_parts] or [np.empty(0)]))
+        if cache.plain_layout:
+            await rollups.mark_dirty(conn, np.concatenate([samples.ts for samples, _ in gpu_parts] or [np.empty(0)]))
         await _copy(conn, "ib_port_sample", "port_id", PORT_COLUMNS, port_parts)
         for batch, (node_id, gpu_ids, _), is_fresh in zip(batches, ids, fresh, strict=True):
             if is_fresh:

@@ -1,0 +1,70 @@
+-- TimescaleDB layout: applied once, after the numbered migrations, when the extension is available.
+-- Everything TimescaleDB-specific the collector runs is in this file and collector/store/timescale/.
+-- The plain-PostgreSQL objects it replaces keep their names and columns, so the query layer reads
+-- both layouts the same way.
+CREATE EXTENSION IF NOT EXISTS timescaledb;
+
+-- Samples: hypertables instead of daily partitions. One-hour chunks: at 10,000 rows/s (100,000 GPUs
+-- every 10 s) a chunk's (gpu_id, ts) index is about 1 GB, which keeps the chunks being written inside
+-- a quarter of the shared_buffers of a server sized for that rate.
+DO $$
+DECLARE
+    tbl text;
+    device text;
+BEGIN
+    FOREACH tbl IN ARRAY ARRAY['gpu_sample', 'ib_port_sample'] LOOP
+        device := CASE tbl WHEN 'gpu_sample' THEN 'gpu_id' ELSE 'port_id' END;
+        EXECUTE format('ALTER TABLE %I RENAME TO %I', tbl, tbl || '_partitioned');
+        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS)', tbl, tbl || '_partitioned');
+        PERFORM create_hypertable(tbl::regclass, by_range('ts', INTERVAL '1 hour'));
+        EXECUTE format('INSERT INTO %I SELECT * FROM %I', tbl, tbl || '_partitioned');
+        EXECUTE format('DROP TABLE %I', tbl || '_partitioned');
+        EXECUTE format('CREATE INDEX %I ON %I (%I, ts DESC)', tbl || '_' || device || '_ts', tbl, device);
+        -- Columnstore: one segment per device and chunk (360 rows per GPU-hour at 10 s: dense), in
+        -- time order; chunks are compressed once they are two hours old.
+        EXECUTE format('ALTER TABLE %I SET (timescaledb.compress, timescaledb.compress_segmentby = %L,'
+                       ' timescaledb.compress_orderby = ''ts DESC'')', tbl, device);
+        PERFORM add_compression_policy(tbl::regclass, INTERVAL '2 hours');
+    END LOOP;
+END $$;
+
+-- Rollups: continuous aggregates with real-time aggregation (materialized_only = false: the default
+-- is true since 2.13), same names and columns as the plain tables; the hour one is built on the
+-- minute one. The incremental bookkeeping of the plain layout is not used.
+DROP TABLE gpu_rollup_1m, gpu_rollup_1h, rack_power_1m;
+
+CREATE MATERIALIZED VIEW gpu_rollup_1m WITH (timescaledb.continuous, timescaledb.materialized_only = false) AS
+SELECT time_bucket(INTERVAL '1 minute', ts) AS bucket, gpu_id,
+       count(*) AS samples, count(*) FILTER (WHERE up) AS up_samples,
+       sum(util_pct)::float8 AS util_sum, count(util_pct) AS util_n,
+       sum(sm_active_pct)::float8 AS sm_active_sum, count(sm_active_pct) AS sm_active_n,
+       sum(tensor_active_pct)::float8 AS tensor_sum, count(tensor_active_pct) AS tensor_n,
+       sum(power_w)::float8 AS power_sum, count(power_w) AS power_n,
+       sum(temp_c)::float8 AS temp_sum, count(temp_c) AS temp_n, max(temp_c) AS temp_max,
+       sum(sm_clock_mhz)::float8 AS sm_clock_sum, count(sm_clock_mhz) AS sm_clock_n, min(sm_clock_mhz) AS sm_clock_min
+FROM gpu_sample GROUP BY 1, 2 WITH NO DATA;
+
+CREATE MATERIALIZED VIEW gpu_rollup_1h WITH (timescaledb.continuous, timescaledb.materialized_only = false) AS
+SELECT time_bucket(INTERVAL '1 hour', bucket) AS bucket, gpu_id,
+       sum(samples)::bigint AS samples, sum(up_samples)::bigint AS up_samples,
+       sum(util_sum) AS util_sum, sum(util_n)::bigint AS util_n,
+       sum(sm_active_sum) AS sm_active_sum, sum(sm_active_n)::bigint AS sm_active_n,
+       sum(tensor_sum) AS tensor_sum, sum(tensor_n)::bigint AS tensor_n,
+       sum(power_sum) AS power_sum, sum(power_n)::bigint AS power_n,
+       sum(temp_sum) AS temp_sum, sum(temp_n)::bigint AS temp_n, max(temp_max) AS temp_max,
+       sum(sm_clock_sum) AS sm_clock_sum, sum(sm_clock_n)::bigint AS sm_clock_n, min(sm_clock_min) AS sm_clock_min
+FROM gpu_rollup_1m GROUP BY 1, 2 WITH NO DATA;
+
+-- Refresh windows end well inside raw retention (the shortest is one day), so a refresh never sees
+-- raw chunks already dropped and never erases aggregates of them.
+SELECT add_continuous_aggregate_policy('gpu_rollup_1m', start_offset => INTERVAL '6 hours',
+       end_offset => INTERVAL '2 minutes', schedule_interval => INTERVAL '1 minute');
+SELECT add_continuous_aggregate_policy('gpu_rollup_1h', start_offset => INTERVAL '12 hours',
+       end_offset => INTERVAL '1 hour', schedule_interval => INTERVAL '15 minutes');
+
+-- Power per rack per minute: a view over the minute aggregate (rack membership is inventory, which a
+-- continuous aggregate cannot join at refresh time without freezing it).
+CREATE VIEW rack_power_1m AS
+SELECT r.bucket, n.cluster, n.rack, sum(r.power_sum / r.power_n) AS watts, count(*) AS gpus
+FROM gpu_rollup_1m r JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)
+WHERE r.power_n > 0 GROUP BY 1, 2, 3;
