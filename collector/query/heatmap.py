@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from psycopg import Connection
 
-from collector.query.cells import cells_query, fetch_by_gpu, rollup_splits
+from collector.query.cells import Cells, cells_query, fetch_cells, rollup_splits
 from collector.query.inventory import GpuRow, gpu_rows
 from collector.query.timerange import TimeRange
 from collector.store.columns import GPU_METRIC_KEYS
@@ -38,10 +38,12 @@ def heatmap(
     conn: Connection[Any], metric: str, time_range: TimeRange, bucket_s: int, gpu_ids: Sequence[int] | None = None
 ) -> Heatmap:
     """`gpu_ids`: only these GPUs; None: every GPU that reported in the range."""
-    by_gpu = _cells(conn, metric, time_range, bucket_s, gpu_ids)
-    rows = gpu_rows(conn, sorted(by_gpu))
+    cells = _cells(conn, metric, time_range, bucket_s, gpu_ids)
+    present = np.zeros(int(cells.gpu_id.max(initial=0)) + 1, dtype=bool)
+    present[cells.gpu_id] = True
+    rows = gpu_rows(conn, np.flatnonzero(present).tolist())
     times = time_range.buckets(bucket_s)
-    return Heatmap(metric, bucket_s, rows, times, _place(by_gpu, rows, times, bucket_s))
+    return Heatmap(metric, bucket_s, rows, times, _place(cells, rows, times, bucket_s))
 
 
 def series(
@@ -58,24 +60,24 @@ def series(
 
 def _cells(
     conn: Connection[Any], metric: str, time_range: TimeRange, bucket_s: int, gpu_ids: Sequence[int] | None
-) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+) -> Cells:
     if metric not in GPU_METRIC_KEYS:
         raise ValueError(f"unknown metric {metric!r}; one of {sorted(GPU_METRIC_KEYS)}")
     splits = rollup_splits(conn) if bucket_s >= 60 else None
-    return fetch_by_gpu(conn, *cells_query(metric, time_range, bucket_s, splits, gpu_ids))
+    return fetch_cells(conn, *cells_query(metric, time_range, bucket_s, splits, gpu_ids))
 
 
-def _place(
-    by_gpu: dict[int, tuple[np.ndarray, np.ndarray]], rows: list[GpuRow], times: list[datetime], bucket_s: int
-) -> np.ndarray:
+def _place(cells: Cells, rows: list[GpuRow], times: list[datetime], bucket_s: int) -> np.ndarray:
+    """The (row, bucket) matrix of `cells`, in one vectorised assignment (ids are small integers, so
+    a lookup table maps them to rows)."""
     values = np.full((len(rows), len(times)), np.nan)
-    if times:
-        first = times[0].timestamp()
-        for i, row in enumerate(rows):
-            if row.gpu_id not in by_gpu:
-                continue
-            epochs, means = by_gpu[row.gpu_id]
-            columns = np.rint((epochs - first) / bucket_s).astype(np.int64)
-            inside = (columns >= 0) & (columns < len(times))
-            values[i, columns[inside]] = means[inside]
+    if not times or not rows or not cells.gpu_id.size:
+        return values
+    size = max(int(cells.gpu_id.max()), max(row.gpu_id for row in rows)) + 1
+    row_of = np.full(size, -1, dtype=np.int64)
+    row_of[[row.gpu_id for row in rows]] = np.arange(len(rows))
+    row_index = row_of[cells.gpu_id]
+    columns = np.rint((cells.epoch - times[0].timestamp()) / bucket_s).astype(np.int64)
+    inside = (row_index >= 0) & (columns >= 0) & (columns < len(times))
+    values[row_index[inside], columns[inside]] = cells.value[inside]
     return values
