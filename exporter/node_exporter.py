@@ -36,6 +36,7 @@ class ExporterConfig:
     spool_dir: Path | None = None  # where unsent batches wait while the collector is away
     spool_max_bytes: int = 1 << 30
     max_snapshots_per_batch: int = 60
+    push_interval: float = 10.0  # snapshots travel together, one request per interval
 
 
 class NodeExporter:
@@ -50,6 +51,7 @@ class NodeExporter:
                 config.token or "",
                 Origin(config.cluster, config.rack, config.node, source.name, exporter_id=str(uuid.uuid4())),
                 max_snapshots_per_batch=config.max_snapshots_per_batch,
+                push_interval=config.push_interval,
                 spool=Spool(config.spool_dir, config.spool_max_bytes) if config.spool_dir else None,
             )
             if config.push_url

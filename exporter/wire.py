@@ -1,11 +1,14 @@
-"""Encodes snapshots into the collector's ingest format, version 1 (docs/ingest-format.md)."""
+"""Encodes snapshots into the collector's ingest format (docs/ingest-format.md): version 1 (JSON,
+gzip) or version 2 (a JSON header and binary columns, what the pusher sends)."""
 
 from __future__ import annotations
 
 import gzip
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from exporter.catalog import keys_for
 from exporter.events import Event
@@ -13,6 +16,9 @@ from exporter.snapshot import Snapshot
 
 FORMAT = "gpuscope-samples"
 VERSION = 1
+BINARY_VERSION = 2
+BINARY_MAGIC = b"GPSB"
+BINARY_CONTENT_TYPE = "application/x-gpuscope-samples"
 
 
 @dataclass(frozen=True)
@@ -24,53 +30,110 @@ class Origin:
     exporter_id: str  # random per exporter process; (exporter_id, seq) names a batch for de-duplication
 
 
-def encode_batch(
-    origin: Origin, seq: int, snapshots: Sequence[Snapshot], events: Sequence[Event] = ()
-) -> dict[str, object]:
-    gpus: dict[int, dict[str, object]] = {}
-    ports: dict[tuple[str, int], int] = {}
-    gpu_cols: dict[str, list[object]] = {"ts": [], "gpu": [], "up": []}
-    gpu_values: dict[str, list[float | None]] = {key: [] for key in keys_for("gpu")}
-    with_jobs = any(snap.jobs is not None for snap in snapshots)
-    jobs: dict[tuple[str, str | None], int] = {}
-    if with_jobs:
-        gpu_cols["job"] = []
-    port_cols: dict[str, list[object]] = {"ts": [], "port": []}
-    port_values: dict[str, list[float | None]] = {key: [] for key in keys_for("ib")}
+@dataclass
+class _Columns:
+    """One pass over the snapshots: metadata and the sample columns as lists (None: not reported)."""
+
+    gpus: dict[int, dict[str, object]] = field(default_factory=dict)
+    ports: dict[tuple[str, int], int] = field(default_factory=dict)
+    jobs: dict[tuple[str, str | None], int] | None = None
+    gpu_cols: dict[str, list[object]] = field(default_factory=lambda: {"ts": [], "gpu": [], "up": []})
+    gpu_values: dict[str, list[float | None]] = field(default_factory=lambda: {k: [] for k in keys_for("gpu")})
+    port_cols: dict[str, list[object]] = field(default_factory=lambda: {"ts": [], "port": []})
+    port_values: dict[str, list[float | None]] = field(default_factory=lambda: {k: [] for k in keys_for("ib")})
+
+
+def _collect(snapshots: Sequence[Snapshot]) -> _Columns:
+    out = _Columns()
+    if any(snap.jobs is not None for snap in snapshots):
+        out.jobs = {}
+        out.gpu_cols["job"] = []
     for snap in snapshots:
         for reading in snap.gpus:
             gpu = reading.gpu
-            gpus.setdefault(
+            out.gpus.setdefault(
                 gpu.index, {"index": gpu.index, "uuid": gpu.uuid, "model": gpu.model, "pci_bus_id": gpu.pci_bus_id}
             )
-            gpu_cols["ts"].append(snap.ts)
-            gpu_cols["gpu"].append(gpu.index)
-            gpu_cols["up"].append(reading.up)
-            if with_jobs:
+            out.gpu_cols["ts"].append(snap.ts)
+            out.gpu_cols["gpu"].append(gpu.index)
+            out.gpu_cols["up"].append(reading.up)
+            if out.jobs is not None:
                 job = (snap.jobs or {}).get(gpu.index)
-                gpu_cols["job"].append(None if job is None else jobs.setdefault((job.job_id, job.user), len(jobs)))
-            for key, column in gpu_values.items():
+                ref = None if job is None else out.jobs.setdefault((job.job_id, job.user), len(out.jobs))
+                out.gpu_cols["job"].append(ref)
+            for key, column in out.gpu_values.items():
                 column.append(reading.values.get(key))
         for port_reading in snap.ports:
-            position = ports.setdefault((port_reading.port.device, port_reading.port.port), len(ports))
-            port_cols["ts"].append(snap.ts)
-            port_cols["port"].append(position)
-            for key, column in port_values.items():
+            position = out.ports.setdefault((port_reading.port.device, port_reading.port.port), len(out.ports))
+            out.port_cols["ts"].append(snap.ts)
+            out.port_cols["port"].append(position)
+            for key, column in out.port_values.items():
                 column.append(port_reading.values.get(key))
+    # A metric no device reported in this batch is left out rather than sent as all nulls.
+    out.gpu_values = _drop_empty(out.gpu_values)
+    out.port_values = _drop_empty(out.port_values)
+    return out
+
+
+def _header(origin: Origin, seq: int, version: int, cols: _Columns, events: Sequence[Event]) -> dict[str, object]:
     return {
         "format": FORMAT,
-        "version": VERSION,
+        "version": version,
         "exporter_id": origin.exporter_id,
         "seq": seq,
         "source": {"cluster": origin.cluster, "rack": origin.rack, "node": origin.node, "backend": origin.backend},
-        "gpus": list(gpus.values()),
-        "ports": [{"device": device, "port": port} for (device, port) in ports],
-        **({"jobs": [{"id": job_id, "user": user} for (job_id, user) in jobs]} if with_jobs else {}),
-        # A metric no device reported in this batch is left out rather than sent as all nulls.
-        "gpu_samples": {**gpu_cols, "values": _drop_empty(gpu_values)},
-        "port_samples": {**port_cols, "values": _drop_empty(port_values)},
+        "gpus": list(cols.gpus.values()),
+        "ports": [{"device": device, "port": port} for (device, port) in cols.ports],
+        **({"jobs": [{"id": job_id, "user": user} for (job_id, user) in cols.jobs]} if cols.jobs is not None else {}),
         **({"events": [_event(e) for e in events]} if events else {}),
     }
+
+
+def encode_batch(
+    origin: Origin, seq: int, snapshots: Sequence[Snapshot], events: Sequence[Event] = ()
+) -> dict[str, object]:
+    """Format v1 as a JSON-ready dict."""
+    cols = _collect(snapshots)
+    return {
+        **_header(origin, seq, VERSION, cols, events),
+        "gpu_samples": {**cols.gpu_cols, "values": cols.gpu_values},
+        "port_samples": {**cols.port_cols, "values": cols.port_values},
+    }
+
+
+def to_body(batch: dict[str, object]) -> bytes:
+    """Format v1 body: gzip-compressed JSON; strict (no NaN) because the collector rejects it."""
+    return gzip.compress(json.dumps(batch, allow_nan=False, separators=(",", ":")).encode(), compresslevel=5)
+
+
+def encode_binary(origin: Origin, seq: int, snapshots: Sequence[Snapshot], events: Sequence[Event] = ()) -> bytes:
+    """Format v2 body: the header as JSON, then each sample block's columns as little-endian arrays."""
+    cols = _collect(snapshots)
+    header = {
+        **_header(origin, seq, BINARY_VERSION, cols, events),
+        "gpu_samples": {"rows": len(cols.gpu_cols["ts"]), "values": list(cols.gpu_values)},
+        "port_samples": {"rows": len(cols.port_cols["ts"]), "values": list(cols.port_values)},
+    }
+    head = json.dumps(header, allow_nan=False, separators=(",", ":")).encode()
+    parts = [BINARY_MAGIC, len(head).to_bytes(4, "little"), head]
+    gpu_arrays = [np.array(cols.gpu_cols["ts"], dtype="<f8")]
+    gpu_arrays += [np.array(values, dtype="<f8") for values in cols.gpu_values.values()]  # None -> NaN
+    if cols.jobs is not None:
+        gpu_arrays.append(np.array([-1 if j is None else j for j in cols.gpu_cols["job"]], dtype="<i4"))
+    gpu_arrays += [np.array(cols.gpu_cols["gpu"], dtype="<u2"), np.array(cols.gpu_cols["up"], dtype="u1")]
+    port_arrays = [np.array(cols.port_cols["ts"], dtype="<f8")]
+    port_arrays += [np.array(values, dtype="<f8") for values in cols.port_values.values()]
+    port_arrays.append(np.array(cols.port_cols["port"], dtype="<u2"))
+    for block in (gpu_arrays, port_arrays):
+        _pad(parts)
+        parts.extend(array.tobytes() for array in block)
+    _pad(parts)
+    return b"".join(parts)
+
+
+def _pad(parts: list[bytes]) -> None:
+    size = sum(len(p) for p in parts)
+    parts.append(b"\0" * (-size % 8))
 
 
 def _event(event: Event) -> dict[str, object]:
@@ -78,11 +141,6 @@ def _event(event: Event) -> dict[str, object]:
     if event.code is not None:
         out["code"] = event.code
     return out
-
-
-def to_body(batch: dict[str, object]) -> bytes:
-    """Gzip-compressed JSON; strict (no NaN) because the collector rejects it."""
-    return gzip.compress(json.dumps(batch, allow_nan=False, separators=(",", ":")).encode(), compresslevel=5)
 
 
 def _drop_empty(columns: dict[str, list[float | None]]) -> dict[str, list[float | None]]:

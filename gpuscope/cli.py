@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     exporter.add_argument("--listen", default=":9400", help="HOST:PORT for /metrics (default :9400, all interfaces)")
     exporter.add_argument("--push", metavar="URL", help="collector base URL, e.g. http://collector:9410")
     exporter.add_argument("--interval", type=_positive_float, default=5.0, help="sampling interval in seconds")
+    exporter.add_argument(
+        "--push-interval",
+        type=_non_negative_float,
+        default=10.0,
+        help="send the snapshots of this many seconds together (default 10; 0: each as soon as it is taken)",
+    )
     exporter.add_argument("--node", default=socket.gethostname())
     exporter.add_argument("--rack", default="default")
     exporter.add_argument("--cluster", default="default")

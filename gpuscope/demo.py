@@ -90,7 +90,13 @@ def _simulated_exporters(options: DemoOptions, push_url: str, token: str) -> lis
         NodeExporter(
             SimNodeSource(node, schedule, options.seed),
             ExporterConfig(
-                node.cluster, node.rack, node.name, interval=options.interval, push_url=push_url, token=token
+                node.cluster,
+                node.rack,
+                node.name,
+                interval=options.interval,
+                push_url=push_url,
+                token=token,
+                push_interval=options.interval,  # the demo's dashboard is live to the second
             ),
             jobs=SimJobs(node, schedule),
         )

@@ -47,6 +47,7 @@ def run_exporter(args: argparse.Namespace) -> None:
         interval=args.interval,
         listen=args.listen,
         push_url=args.push,
+        push_interval=args.push_interval,
         token=token,
         dcgm_compat=args.dcgm_compat,
         spool_dir=args.spool_dir,

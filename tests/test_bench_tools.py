@@ -15,7 +15,7 @@ def test_load_generator_delivers_every_batch_in_order_once(collector: RunningCol
     monkeypatch.setattr(ingest, "BATCHES_PER_NODE", 3)
     nodes = ingest._batches()
     url = urllib.parse.urlsplit(collector.url)
-    result = asyncio.run(push_all(url.hostname or "", url.port or 0, collector.token, nodes, concurrency=4))
+    result = asyncio.run(push_all(url.hostname or "", url.port or 0, collector.token, nodes, 4, ingest.CONTENT))
     assert result.statuses == {200: 18} and result.failures == 0
     assert result.rows == 18 * 80 == count_rows(collector.dsn, "gpu_sample")
     assert count_rows(collector.dsn, "ingest_batch") == 18

@@ -39,6 +39,8 @@ def test_sim_exporter_serves_metrics_and_pushes(collector: RunningCollector, tmp
             str(token_file),
             "--interval",
             "0.2",
+            "--push-interval",
+            "0.5",
             "--node",
             "cli-node",
         ],

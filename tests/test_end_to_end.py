@@ -23,7 +23,13 @@ def test_pushed_simulated_gpus_appear_in_the_dashboard_heatmap(collector: Runnin
         NodeExporter(
             SimNodeSource(node, schedule, 9),
             ExporterConfig(
-                node.cluster, node.rack, node.name, interval=0.25, push_url=collector.url, token=collector.token
+                node.cluster,
+                node.rack,
+                node.name,
+                interval=0.25,
+                push_url=collector.url,
+                token=collector.token,
+                push_interval=0.5,
             ),
         )
         for node in topology
@@ -64,7 +70,9 @@ def test_read_api_serves_the_same_heatmap(collector: RunningCollector) -> None:
     topology = build_topology(1, 8, 1, cluster="api")
     exporter = NodeExporter(
         SimNodeSource(topology[0], JobSchedule(topology, 4), 4),
-        ExporterConfig("api", "rack-00", "node-000", interval=0.2, push_url=collector.url, token=collector.token),
+        ExporterConfig(
+            "api", "rack-00", "node-000", interval=0.2, push_url=collector.url, token=collector.token, push_interval=0.5
+        ),
     )
     exporter.start()
     time.sleep(1.0)

@@ -72,6 +72,7 @@ def exporters(port: int, spool: Path, nodes: int = 3) -> list[NodeExporter]:
                 node.name,
                 interval=0.05,
                 push_url=f"http://127.0.0.1:{port}",
+                push_interval=0.5,
                 token=TOKEN,
                 spool_dir=spool / node.name,
                 max_snapshots_per_batch=5,

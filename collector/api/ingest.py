@@ -49,7 +49,7 @@ async def push_samples(request: Request, state: IngestStateDep) -> JSONResponse:
         body = await _read_body(request, state.max_body_bytes)
         raw = decompress(body, request.headers.get("content-encoding"), state.max_body_bytes * 8)
         now = time.time()
-        batch = decode(raw, now=now, oldest=now - state.retention_s)
+        batch = decode(raw, now=now, oldest=now - state.retention_s, content_type=request.headers.get("content-type"))
     except IngestError as exc:
         state.metrics.batches.labels("rejected").inc()
         log.info("rejected batch from %s: %s", request.client.host if request.client else "?", exc)

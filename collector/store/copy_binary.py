@@ -82,4 +82,3 @@ def _encode_group(values: list[np.ndarray], null_pattern: np.ndarray, members: n
             record[f"len{i}"] = column.dtype.itemsize
             record[f"val{i}"] = column[members]
     return record.tobytes()
-

@@ -15,7 +15,7 @@ import logging
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from collector.ingest.wire import Batch
+from collector.ingest.batch import Batch
 from collector.store.writer import InventoryCache, StoreResult, store_batch, store_batches
 
 log = logging.getLogger(__name__)

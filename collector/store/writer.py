@@ -14,7 +14,7 @@ import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from collector.ingest.wire import Batch, Samples
+from collector.ingest.batch import Batch, Samples
 from collector.store import allocations, events, partitions, rollups
 from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 from collector.store.copy_binary import CopyColumn

@@ -1,8 +1,9 @@
 """Ingest throughput, HTTP to database, against raw binary COPY of the same rows in the same run.
 
 A real collector process (uvicorn) on a private PostgreSQL, both on this machine with the load
-generator; 1,000 simulated nodes push 10 one-second snapshots of 8 GPUs per batch (80 rows, gzip JSON,
-the exporter's own encoder), each node with at most one batch in flight. Every node's first batch is
+generator; 1,000 simulated nodes push 10 one-second snapshots of 8 GPUs per batch (80 rows: sampling
+every second, the exporter's default 10 s push interval; format v2 from the exporter's own encoder, as
+its pusher sends), each node with at most one batch in flight. Every node's first batch is
 sent before timing starts (inventory is created once per node, not in the steady state). The baseline
 writes the same rows with one large binary COPY per 10,000 rows into an index-free copy of the table:
 what the database itself can take here. Commits are durable (synchronous_commit on) in both.
@@ -30,7 +31,7 @@ from collector.store.columns import GPU_COLUMNS
 from collector.store.copy_binary import CopyColumn, encode
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from exporter.snapshot import Snapshot
-from exporter.wire import Origin, encode_batch, to_body
+from exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
 from gpuscope.bench.loadgen import push_all
 from gpuscope.listen import free_loopback_port
 
@@ -39,6 +40,7 @@ GPUS = 8
 SNAPSHOTS_PER_BATCH = 10
 BATCHES_PER_NODE = 6  # the first one is the warm-up
 CONCURRENCY = 64
+CONTENT = f"Content-Type: {BINARY_CONTENT_TYPE}\r\n"
 
 
 def run() -> dict[str, Any]:
@@ -71,8 +73,8 @@ def run() -> dict[str, Any]:
             )
             try:
                 _wait_healthy(port)
-                asyncio.run(push_all("127.0.0.1", port, token, warmup, CONCURRENCY))
-                result = asyncio.run(push_all("127.0.0.1", port, token, timed, CONCURRENCY))
+                asyncio.run(push_all("127.0.0.1", port, token, warmup, CONCURRENCY, CONTENT))
+                result = asyncio.run(push_all("127.0.0.1", port, token, timed, CONCURRENCY, CONTENT))
             finally:
                 collector.terminate()
                 collector.wait(30)
@@ -108,16 +110,14 @@ def _batches() -> list[list[tuple[bytes, int]]]:
         for b in range(BATCHES_PER_NODE):
             chunk = range(b * SNAPSHOTS_PER_BATCH, (b + 1) * SNAPSHOTS_PER_BATCH)
             snaps = [Snapshot(ts=start + i, gpus=readings[i][0], ports=()) for i in chunk]
-            batches.append((to_body(encode_batch(origin, b + 1, snaps)), GPUS * SNAPSHOTS_PER_BATCH))
+            batches.append((encode_binary(origin, b + 1, snaps), GPUS * SNAPSHOTS_PER_BATCH))
         nodes.append(batches)
     return nodes
 
 
 def _raw_copy(dsn: str, bodies: list[bytes], chunk_rows: int = 10_000) -> float:
-    import gzip
-
     now = time.time()
-    blocks = [decode(gzip.decompress(body), now).gpu_samples for body in bodies]
+    blocks = [decode(body, now, content_type=BINARY_CONTENT_TYPE).gpu_samples for body in bodies]
     keys = [c.key for c in GPU_COLUMNS if c.key in blocks[0].values]
     columns = {key: np.concatenate([b.values[key] for b in blocks]) for key in keys}
     ts = np.concatenate([b.ts for b in blocks])

@@ -23,15 +23,19 @@ class LoadResult:
 
 
 async def push_all(
-    host: str, port: int, token: str, nodes: list[list[tuple[bytes, int]]], concurrency: int = 64
+    host: str,
+    port: int,
+    token: str,
+    nodes: list[list[tuple[bytes, int]]],
+    concurrency: int = 64,
+    content_headers: str = "Content-Type: application/json\r\nContent-Encoding: gzip\r\n",
 ) -> LoadResult:
     """Send every node's (body, rows) batches; returns what was acknowledged with 2xx."""
     result = LoadResult()
     ready: deque[int] = deque(i for i, batches in enumerate(nodes) if batches)
     cursor = [0] * len(nodes)
     head = (
-        f"POST /api/v1/samples HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
-        "Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+        f"POST /api/v1/samples HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n{content_headers}"
     ).encode()
 
     async def worker() -> None:
@@ -47,6 +51,8 @@ async def push_all(
                     result.batches += 1
                     result.rows += rows
                     cursor[node] += 1
+                elif 400 <= status < 500:
+                    raise RuntimeError(f"the collector refused a batch with {status}: a bug in the benchmark")
                 else:
                     result.failures += 1  # resent later, like the exporter's retry
                 if cursor[node] < len(nodes[node]):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import gzip
-import json
-
+from collector.ingest.batch import EventIn
+from collector.ingest.wire import decode
 from exporter.events import Event, EventTracker
 from exporter.pusher import Pusher
 from exporter.snapshot import GpuIdentity, GpuReading, Snapshot
-from exporter.wire import Origin
+from exporter.wire import BINARY_CONTENT_TYPE, Origin
 
 GPU0 = GpuIdentity(0, "GPU-a", "H100", "00:18")
 GPU1 = GpuIdentity(1, "GPU-b", "H100", "00:19")
@@ -39,13 +38,14 @@ def test_events_of_dropped_snapshots_travel_with_the_next_batch() -> None:
     pusher = Pusher(
         "http://127.0.0.1:9/", "t", Origin("c", "r", "n", "sim", "00000000-0000-0000-0000-000000000001"), queue_limit=2
     )
-    pusher.enqueue(snap(1))
-    pusher.enqueue(snap(2, xids0={13: 1}))
-    pusher.enqueue(snap(3))
-    pusher.enqueue(snap(4))  # snapshots 1 and 2 are dropped; the XID seen at 2 is not
+    t = 1_790_000_000.0
+    pusher.enqueue(snap(t + 1))
+    pusher.enqueue(snap(t + 2, xids0={13: 1}))
+    pusher.enqueue(snap(t + 3))
+    pusher.enqueue(snap(t + 4))  # snapshots 1 and 2 are dropped; the XID seen at 2 is not
     assert pusher.stats.snapshots_dropped == 2
     batch = pusher._take_batch()
     assert batch is not None
-    doc = json.loads(gzip.decompress(batch.body))
-    assert doc["gpu_samples"]["ts"] == [3, 3, 4, 4]
-    assert doc["events"] == [{"ts": 2, "gpu": 0, "kind": "xid", "code": 13, "count": 1}]
+    decoded = decode(batch.body, now=t + 10, content_type=BINARY_CONTENT_TYPE)
+    assert decoded.gpu_samples.ts.tolist() == [t + 3, t + 3, t + 4, t + 4]
+    assert decoded.events == (EventIn(t + 2, 0, "xid", 13, 1, None),)

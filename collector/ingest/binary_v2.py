@@ -1,0 +1,106 @@
+"""Format v2: a short JSON header and the sample columns as little-endian binary arrays, read with
+numpy.frombuffer: no JSON number parsing, no gzip, no Python object per value.
+
+Layout (docs/ingest-format.md): b"GPSB", header length (u32), the header (the v1 object with each
+sample block given as {"rows": N, "values": [keys]}), zero padding to a multiple of 8, then per block
+(gpu_samples, port_samples): ts f64[N], one f64[N] per key (NaN: not reported), job i32[N] (gpu
+block, only when the header lists jobs; -1: none), device u16[N], up u8[N] (gpu block), padding to 8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from collector.ingest import samples as sample_rules
+from collector.ingest.batch import Batch, IngestError, Loc, Samples
+from collector.ingest.header import header, require
+from collector.ingest.json_v1 import _parse_json, to_batch
+from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+
+VERSION = 2
+MAGIC = b"GPSB"
+CONTENT_TYPE = "application/x-gpuscope-samples"
+
+
+def _padded(offset: int) -> int:
+    return (offset + 7) // 8 * 8
+
+
+def decode(raw: bytes, window: tuple[float, float]) -> Batch:
+    if len(raw) < 8 or raw[:4] != MAGIC:
+        raise IngestError(400, ("body",), f"not a binary gpuscope batch (it starts with {MAGIC!r})")
+    header_length = int.from_bytes(raw[4:8], "little")
+    if 8 + header_length > len(raw):
+        raise IngestError(400, ("body",), f"header of {header_length} bytes does not fit in the body")
+    doc = _parse_json(raw[8 : 8 + header_length])
+    meta = header(doc, VERSION, window)
+    ignored: set[str] = set()
+    body = Body(raw, _padded(8 + header_length))
+    jobs = None if meta.jobs is None else len(meta.jobs)
+    gpu_samples = _block(body, doc, "gpu_samples", GPU_COLUMNS, [g.index for g in meta.gpus], window, ignored, jobs)
+    port_samples = _block(body, doc, "port_samples", PORT_COLUMNS, range(len(meta.ports)), window, ignored)
+    if body.offset != len(raw):
+        raise IngestError(400, ("body",), f"{len(raw) - body.offset} bytes after the last block")
+    return to_batch(meta, gpu_samples, port_samples, ignored)
+
+
+class Body:
+    """Reads consecutive arrays out of the body, checking each fits."""
+
+    def __init__(self, raw: bytes, offset: int) -> None:
+        self.raw = raw
+        self.offset = offset
+
+    def take(self, dtype: str, count: int, loc: Loc) -> np.ndarray:
+        size = np.dtype(dtype).itemsize * count
+        if self.offset + size > len(self.raw):
+            raise IngestError(400, loc, f"the body ends before this block's {count} rows")
+        array = np.frombuffer(self.raw, dtype=dtype, count=count, offset=self.offset)
+        self.offset += size
+        return array
+
+    def pad(self) -> None:
+        self.offset = _padded(self.offset)
+
+
+def _block(
+    body: Body,
+    doc: dict[str, Any],
+    key: str,
+    columns: Sequence[Column],
+    listed: Sequence[int],
+    window: tuple[float, float],
+    ignored: set[str],
+    job_count: int | None = None,
+) -> Samples:
+    loc: Loc = (key,)
+    spec = require(doc, key, dict, ())
+    rows = require(spec, "rows", int, loc)
+    if rows < 0:
+        raise IngestError(422, (*loc, "rows"), "must be >= 0")
+    sample_rules.check_rows(rows, loc)
+    keys = require(spec, "values", list, loc)
+    if not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
+        raise IngestError(422, (*loc, "values"), "must be distinct metric keys")
+    ts = body.take("<f8", rows, loc)
+    matrix = body.take("<f8", rows * len(keys), loc).reshape(len(keys), rows)
+    known = {c.key: c for c in columns}
+    present = [known[k] for k in keys if k in known]
+    ignored.update(k for k in keys if k not in known)
+    matrix = matrix[[i for i, k in enumerate(keys) if k in known]]
+    job = body.take("<i4", rows, loc) if job_count is not None else None
+    device_key = "gpu" if key == "gpu_samples" else "port"
+    device = body.take("<u2", rows, loc)
+    up = None
+    if device_key == "gpu":
+        flags = body.take("u1", rows, loc)
+        if (flags > 1).any():
+            raise IngestError(422, (*loc, "up", int(np.argmax(flags > 1))), "must be 0 or 1")
+        up = flags.astype(bool)
+    body.pad()
+    return sample_rules.samples(
+        loc, device_key, ts, device, listed, window, (present, matrix), up=up, job=job, job_count=job_count or 0
+    )

@@ -1,0 +1,172 @@
+"""Rules for a batch's metadata (the JSON object of format v1, the JSON header of format v2): who
+sent it, its devices, jobs and events. Every rule is listed in docs/ingest-format.md."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from collector.ingest.batch import (
+    FORMAT,
+    MAX_DEVICES,
+    MAX_EVENTS,
+    MAX_FUTURE_SECONDS,
+    MAX_NAME,
+    MIN_TIMESTAMP,
+    TIME_RULE,
+    EventIn,
+    GpuInfo,
+    IngestError,
+    JobRef,
+    Loc,
+    PortInfo,
+)
+
+
+@dataclass(frozen=True)
+class Header:
+    exporter_id: uuid.UUID
+    seq: int
+    cluster: str
+    rack: str
+    node: str
+    backend: str
+    gpus: tuple[GpuInfo, ...]
+    ports: tuple[PortInfo, ...]
+    jobs: tuple[JobRef, ...] | None  # None: the exporter does not attribute jobs
+    events: tuple[EventIn, ...]
+
+
+def header(doc: Any, version: int, window: tuple[float, float]) -> Header:
+    if not isinstance(doc, dict):
+        raise IngestError(422, (), "body must be a JSON object")
+    if doc.get("format") != FORMAT:
+        raise IngestError(422, ("format",), f"must be {FORMAT!r}")
+    if doc.get("version") != version:
+        raise IngestError(422, ("version",), f"unsupported version {doc.get('version')!r} for this encoding")
+    try:
+        exporter_id = uuid.UUID(require(doc, "exporter_id", str, ()))
+    except ValueError:
+        raise IngestError(422, ("exporter_id",), "must be a UUID") from None
+    seq = require(doc, "seq", int, ())
+    if seq < 0 or seq >= 2**63:
+        raise IngestError(422, ("seq",), "must be between 0 and 2^63-1")
+    source = require(doc, "source", dict, ())
+    names = {key: name(source, key, ("source",)) for key in ("cluster", "rack", "node")}
+    gpus = _gpus(require(doc, "gpus", list, ()))
+    return Header(
+        exporter_id=exporter_id,
+        seq=seq,
+        backend=name(source, "backend", ("source",)) if "backend" in source else "unknown",
+        gpus=gpus,
+        ports=_ports(require(doc, "ports", list, ())),
+        jobs=_jobs(doc["jobs"]) if "jobs" in doc else None,
+        events=_events(doc["events"], {g.index for g in gpus}, window) if "events" in doc else (),
+        **names,
+    )
+
+
+def _events(items: Any, gpu_indexes: set[int], window: tuple[float, float]) -> tuple[EventIn, ...]:
+    if not isinstance(items, list):
+        raise IngestError(422, ("events",), "must be an array")
+    if len(items) > MAX_EVENTS:
+        raise IngestError(422, ("events",), f"at most {MAX_EVENTS} events per batch")
+    events = []
+    for i, item in enumerate(items):
+        loc: Loc = ("events", i)
+        if not isinstance(item, dict):
+            raise IngestError(422, loc, "must be an object")
+        ts = item.get("ts")
+        if not isinstance(ts, int | float) or isinstance(ts, bool):
+            raise IngestError(422, (*loc, "ts"), "must be a number")
+        oldest, now = window
+        if not max(oldest, MIN_TIMESTAMP) <= ts <= now + MAX_FUTURE_SECONDS:
+            raise IngestError(422, (*loc, "ts"), f"{ts:g} is out of range: expected {TIME_RULE}")
+        gpu = item.get("gpu")
+        if gpu is not None and (type(gpu) is not int or gpu not in gpu_indexes):
+            raise IngestError(422, (*loc, "gpu"), "must be null or an index listed in gpus")
+        kind = name(item, "kind", loc, 64)
+        if not all(c.isascii() and (c.isalnum() or c == "_") for c in kind):
+            raise IngestError(422, (*loc, "kind"), "must be letters, digits and underscores")
+        code = item.get("code")
+        if code is not None and (type(code) is not int or not 0 <= code < 2**31):
+            raise IngestError(422, (*loc, "code"), "must be null or an integer between 0 and 2^31-1")
+        count = item.get("count", 1)
+        if type(count) is not int or not 1 <= count < 2**31:
+            raise IngestError(422, (*loc, "count"), "must be an integer between 1 and 2^31-1")
+        message = name(item, "message", loc, 1024) if item.get("message") is not None else None
+        events.append(EventIn(float(ts), gpu, kind, code, count, message))
+    return tuple(events)
+
+
+def require(obj: dict[str, Any], key: str, kind: type, loc: Loc) -> Any:
+    if key not in obj:
+        raise IngestError(422, (*loc, key), "field required")
+    value = obj[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise IngestError(422, (*loc, key), f"must be {_KIND_NAMES[kind]}")
+    return value
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", dict: "an object", list: "an array"}
+
+
+def name(obj: dict[str, Any], key: str, loc: Loc, limit: int = MAX_NAME) -> str:
+    value: str = require(obj, key, str, loc)
+    if not value or len(value) > limit or not value.isprintable():
+        raise IngestError(422, (*loc, key), f"must be 1 to {limit} printable characters")
+    return value
+
+
+def _gpus(items: list[Any]) -> tuple[GpuInfo, ...]:
+    if len(items) > MAX_DEVICES:
+        raise IngestError(422, ("gpus",), f"at most {MAX_DEVICES} GPUs per batch")
+    gpus = []
+    seen = set()
+    for i, item in enumerate(items):
+        loc: Loc = ("gpus", i)
+        if not isinstance(item, dict):
+            raise IngestError(422, loc, "must be an object")
+        index = require(item, "index", int, loc)
+        if not 0 <= index < MAX_DEVICES:
+            raise IngestError(422, (*loc, "index"), f"must be between 0 and {MAX_DEVICES - 1}")
+        if index in seen:
+            raise IngestError(422, (*loc, "index"), f"GPU index {index} listed twice")
+        seen.add(index)
+        gpus.append(GpuInfo(index, name(item, "uuid", loc), name(item, "model", loc), name(item, "pci_bus_id", loc)))
+    return tuple(gpus)
+
+
+def _ports(items: list[Any]) -> tuple[PortInfo, ...]:
+    if len(items) > MAX_DEVICES:
+        raise IngestError(422, ("ports",), f"at most {MAX_DEVICES} ports per batch")
+    ports = []
+    for i, item in enumerate(items):
+        loc: Loc = ("ports", i)
+        if not isinstance(item, dict):
+            raise IngestError(422, loc, "must be an object")
+        port = require(item, "port", int, loc)
+        if not 1 <= port <= 255:
+            raise IngestError(422, (*loc, "port"), "must be between 1 and 255")
+        ports.append(PortInfo(name(item, "device", loc, 64), port))
+    if len(set(ports)) != len(ports):
+        raise IngestError(422, ("ports",), "a (device, port) pair is listed twice")
+    return tuple(ports)
+
+
+def _jobs(items: Any) -> tuple[JobRef, ...]:
+    if not isinstance(items, list):
+        raise IngestError(422, ("jobs",), "must be an array")
+    if len(items) > MAX_DEVICES:
+        raise IngestError(422, ("jobs",), f"at most {MAX_DEVICES} jobs per batch")
+    jobs = []
+    for i, item in enumerate(items):
+        loc: Loc = ("jobs", i)
+        if not isinstance(item, dict):
+            raise IngestError(422, loc, "must be an object")
+        user = item.get("user")
+        if user is not None:
+            user = name(item, "user", loc)
+        jobs.append(JobRef(name(item, "id", loc), user))
+    return tuple(jobs)

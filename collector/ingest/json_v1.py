@@ -1,0 +1,143 @@
+"""Format v1: one JSON object (usually gzip-encoded), sample columns as JSON arrays with null for
+"not reported". The lists become numpy arrays after one type check each; the rules are shared."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from collector.ingest import samples as sample_rules
+from collector.ingest.batch import Batch, IngestError, JobRef, Loc, Samples
+from collector.ingest.header import Header, header, require
+from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+
+VERSION = 1
+
+
+def decode(raw: bytes, window: tuple[float, float]) -> Batch:
+    doc = _parse_json(raw)
+    meta = header(doc, VERSION, window)
+    ignored: set[str] = set()
+    gpu_samples = _samples(
+        require(doc, "gpu_samples", dict, ()),
+        ("gpu_samples",),
+        "gpu",
+        GPU_COLUMNS,
+        [g.index for g in meta.gpus],
+        window,
+        ignored,
+        meta.jobs,
+    )
+    port_samples = _samples(
+        doc.get("port_samples") or {"ts": [], "port": [], "values": {}},
+        ("port_samples",),
+        "port",
+        PORT_COLUMNS,
+        range(len(meta.ports)),
+        window,
+        ignored,
+    )
+    return to_batch(meta, gpu_samples, port_samples, ignored)
+
+
+def to_batch(meta: Header, gpu_samples: Samples, port_samples: Samples, ignored: set[str]) -> Batch:
+    return Batch(
+        exporter_id=meta.exporter_id,
+        seq=meta.seq,
+        cluster=meta.cluster,
+        rack=meta.rack,
+        node=meta.node,
+        backend=meta.backend,
+        gpus=meta.gpus,
+        ports=meta.ports,
+        jobs=meta.jobs or (),
+        events=meta.events,
+        gpu_samples=gpu_samples,
+        port_samples=port_samples,
+        ignored_fields=tuple(sorted(ignored)),
+    )
+
+
+def _parse_json(raw: bytes) -> Any:
+    # orjson: several times faster than the json module, strict (no NaN or Infinity, UTF-8 only).
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if "UTF-8" in str(exc):
+            raise IngestError(400, ("body",), "body is not UTF-8") from None
+        near = raw[exc.pos : exc.pos + 9]
+        if near.startswith((b"NaN", b"Infinity", b"-Infinity")):
+            raise IngestError(
+                400, ("body",), f"invalid JSON: NaN and Infinity are not allowed (at char {exc.pos})"
+            ) from None
+        raise IngestError(400, ("body",), f"invalid JSON: {exc}") from None
+
+
+def _samples(
+    obj: Any,
+    loc: Loc,
+    device_key: str,
+    columns: Sequence[Column],
+    listed: Sequence[int],
+    window: tuple[float, float],
+    ignored: set[str],
+    jobs: tuple[JobRef, ...] | None = None,
+) -> Samples:
+    if not isinstance(obj, dict):
+        raise IngestError(422, loc, "must be an object")
+    ts_list = require(obj, "ts", list, loc)
+    sample_rules.check_rows(len(ts_list), loc)
+    ts = _numbers(ts_list, (*loc, "ts"), nullable=False)
+    rows = len(ts)
+    device = _numbers(require(obj, device_key, list, loc), (*loc, device_key), nullable=False, length=rows)
+    up = None
+    if device_key == "gpu":
+        flags = require(obj, "up", list, loc)
+        if len(flags) != rows or not all(type(f) is bool for f in flags):
+            raise IngestError(422, (*loc, "up"), f"must be {rows} booleans, one per row")
+        up = np.array(flags, dtype=bool)
+    job = None
+    if jobs is not None:
+        refs = _numbers(require(obj, "job", list, loc), (*loc, "job"), nullable=True, length=rows)
+        fractional = ~np.isnan(refs) & (refs != np.floor(refs))
+        job = np.where(np.isnan(refs), -1, np.where(fractional, -2, refs))  # -2: refused by the rule
+    raw_values = require(obj, "values", dict, loc)
+    known = {c.key: c for c in columns}
+    present = [known[key] for key in raw_values if key in known]
+    ignored.update(key for key in raw_values if key not in known)
+    matrix = _matrix(raw_values, present, (*loc, "values"), rows)
+    return sample_rules.samples(
+        loc, device_key, ts, device, listed, window, (present, matrix), up=up, job=job, job_count=len(jobs or ())
+    )
+
+
+def _matrix(raw: dict[str, Any], present: list[Column], loc: Loc, rows: int) -> np.ndarray:
+    """The metric columns as one (columns x rows) float64 array, NaN for null; one type pass."""
+    series = [raw[column.key] for column in present]
+    for column, items in zip(present, series, strict=True):
+        if not isinstance(items, list):
+            raise IngestError(422, (*loc, column.key), "must be an array")
+        if len(items) != rows:
+            raise IngestError(422, (*loc, column.key), f"has {len(items)} entries, expected {rows} (one per row)")
+    if not {type(v) for items in series for v in items} <= {int, float, type(None)}:
+        for column, items in zip(present, series, strict=True):
+            _numbers(items, (*loc, column.key), nullable=True)  # raises, naming the entry
+    if not present:
+        return np.empty((0, rows))
+    return np.array(series, dtype=np.float64).reshape(len(present), rows)
+
+
+def _numbers(items: list[Any], loc: Loc, nullable: bool, length: int | None = None) -> np.ndarray:
+    if length is not None and len(items) != length:
+        raise IngestError(422, loc, f"has {len(items)} entries, expected {length} (one per row)")
+    allowed = (int, float, type(None)) if nullable else (int, float)
+    if not {type(v) for v in items} <= set(allowed):
+        i = next(i for i, v in enumerate(items) if type(v) not in allowed)
+        raise IngestError(422, (*loc, i), "must be a number" + (" or null" if nullable else ""))
+    array = np.array(items, dtype=np.float64)
+    if np.isinf(array).any():
+        raise IngestError(422, (*loc, int(np.argmax(np.isinf(array)))), "out of range (overflows a double)")
+    return array
