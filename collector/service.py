@@ -15,6 +15,7 @@ from collector.auth import TokenAuth, read_node_tokens, token_or_generate
 from collector.embedded_pg import EmbeddedPostgres
 from collector.main import create_app
 from collector.settings import CollectorSettings
+from collector.workers import reuse_port_socket, run_workers
 from gpuscope.listen import parse_listen
 from gpuscope.tokens import read_token_file
 
@@ -31,23 +32,42 @@ def database(settings: CollectorSettings) -> Iterator[str]:
         yield pg.dsn
 
 
-def run(settings: CollectorSettings) -> None:
+def run(settings: CollectorSettings) -> int:
     token = token_or_generate(settings.token_file, settings.data_dir)
     host, port = parse_listen(settings.listen)
     with database(settings) as dsn:
-        node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
-        read_auth = TokenAuth([read_token_file(settings.read_token_file)]) if settings.read_token_file else None
-        app = create_app(
-            dsn,
-            TokenAuth([token], node_tokens),
-            settings.max_body_bytes,
-            settings.max_concurrent_writes,
-            read_auth,
-            settings.retention(),
-            settings.timescaledb,
-        )
+        if settings.workers == 1:
+            serve(settings, dsn, token, host, port)
+            return 0
+        # Bound once here so that a busy port fails now, in one clear line, not in N workers.
+        reuse_port_socket(host, port).close()
+        log.info("collector listening on %s:%d with %d worker processes", host, port, settings.workers)
+        return run_workers(settings.workers, _worker, (settings, dsn, token, host, port))
+
+
+def serve(settings: CollectorSettings, dsn: str, token: str, host: str, port: int, workers: bool = False) -> None:
+    node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
+    read_auth = TokenAuth([read_token_file(settings.read_token_file)]) if settings.read_token_file else None
+    app = create_app(
+        dsn,
+        TokenAuth([token], node_tokens),
+        settings.max_body_bytes,
+        settings.max_concurrent_writes,
+        read_auth,
+        settings.retention(),
+        settings.timescaledb,
+    )
+    config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False)
+    if not workers:
         log.info("collector listening on %s:%d", host, port)
-        uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+        uvicorn.Server(config).run()
+        return
+    uvicorn.Server(config).run(sockets=[reuse_port_socket(host, port)])
+
+
+def _worker(settings: CollectorSettings, dsn: str, token: str, host: str, port: int) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
+    serve(settings, dsn, token, host, port, workers=True)
 
 
 class BackgroundServer:

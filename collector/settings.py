@@ -39,6 +39,7 @@ class CollectorSettings(BaseSettings):
     read_token_file: Path | None = None  # when set, the read API requires this bearer token
     max_body_bytes: int = 32 * 2**20
     max_concurrent_writes: int = 8
+    workers: int = Field(default=1, ge=1, le=256)  # processes sharing the port (SO_REUSEPORT): one core each
     retention_days: float = Field(default=30.0, gt=0)  # raw samples older than this are dropped, day by day
     minute_rollup_days: float = Field(default=90.0, gt=0)  # at least retention_days
     timescaledb: Mode = "auto"  # use TimescaleDB when the server has it ("on": require it; "off": never)

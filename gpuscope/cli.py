@@ -95,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=["auto", "on", "off"],
         help="TimescaleDB hypertables and continuous aggregates: auto (default: if the server has it), on, off",
     )
+    collector.add_argument(
+        "--workers", type=_positive_int, help="collector processes sharing the port, one core each (default 1)"
+    )
     collector.add_argument("--read-token-file", type=Path, help="require this bearer token on the read API")
     collector.set_defaults(run=_run_collector)
 
@@ -105,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure against the targets in DESIGN.md")
     bench.add_argument("target", choices=["exporter", "ingest", "query"], help="what to measure")
     bench.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
+    bench.add_argument(
+        "--workers", type=_positive_int, default=1, help="ingest: collector worker processes (default 1)"
+    )
     bench.set_defaults(run=_run_bench)
     return parser
 
@@ -114,7 +120,7 @@ def _run_bench(args: argparse.Namespace) -> None:
     from gpuscope.bench.report import emit
 
     logging.getLogger().setLevel(logging.WARNING)
-    runs = {"exporter": exporter.run, "ingest": ingest.run, "query": query.run}
+    runs = {"exporter": exporter.run, "ingest": lambda: ingest.run(args.workers), "query": query.run}
     emit(args.target, runs[args.target](), args.json)
 
 
@@ -142,7 +148,7 @@ def _run_exporter(args: argparse.Namespace) -> None:
     run_exporter(args)
 
 
-def _run_collector(args: argparse.Namespace) -> None:
+def _run_collector(args: argparse.Namespace) -> int:
     from collector import service
     from collector.settings import CollectorSettings
 
@@ -159,10 +165,11 @@ def _run_collector(args: argparse.Namespace) -> None:
             "minute_rollup_days": args.minute_rollup_days,
             "hour_rollup_days": args.hour_rollup_days,
             "timescaledb": args.timescaledb,
+            "workers": args.workers,
         }.items()
         if value is not None
     }
-    service.run(CollectorSettings(**overrides))
+    return service.run(CollectorSettings(**overrides))
 
 
 def _run_dashboard(args: argparse.Namespace) -> None:

@@ -62,7 +62,10 @@ async def push_samples(request: Request, state: IngestStateDep) -> JSONResponse:
         )
 
     try:
-        await asyncio.wait_for(state.write_slots.acquire(), WRITE_SLOT_WAIT_S)
+        if state.write_slots.locked():  # wait_for costs a task per call: only when there is a wait
+            await asyncio.wait_for(state.write_slots.acquire(), WRITE_SLOT_WAIT_S)
+        else:
+            await state.write_slots.acquire()
     except TimeoutError:
         state.metrics.batches.labels("saturated").inc()
         return _unavailable("write path saturated")

@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from collector.ingest.batch import (
     FORMAT,
     MAX_DEVICES,
@@ -52,19 +54,55 @@ def header(doc: Any, version: int, window: tuple[float, float]) -> Header:
     seq = require(doc, "seq", int, ())
     if seq < 0 or seq >= 2**63:
         raise IngestError(422, ("seq",), "must be between 0 and 2^63-1")
-    source = require(doc, "source", dict, ())
-    names = {key: name(source, key, ("source",)) for key in ("cluster", "rack", "node")}
-    gpus = _gpus(require(doc, "gpus", list, ()))
+    inventory = _inventory(doc)
     return Header(
         exporter_id=exporter_id,
         seq=seq,
-        backend=name(source, "backend", ("source",)) if "backend" in source else "unknown",
-        gpus=gpus,
-        ports=_ports(require(doc, "ports", list, ())),
+        cluster=inventory.cluster,
+        rack=inventory.rack,
+        node=inventory.node,
+        backend=inventory.backend,
+        gpus=inventory.gpus,
+        ports=inventory.ports,
         jobs=_jobs(doc["jobs"]) if "jobs" in doc else None,
-        events=_events(doc["events"], {g.index for g in gpus}, window) if "events" in doc else (),
-        **names,
+        events=_events(doc["events"], {g.index for g in inventory.gpus}, window) if "events" in doc else (),
     )
+
+
+@dataclass(frozen=True)
+class Inventory:
+    cluster: str
+    rack: str
+    node: str
+    backend: str
+    gpus: tuple[GpuInfo, ...]
+    ports: tuple[PortInfo, ...]
+
+
+# An exporter sends the same source, GPUs and ports in every batch: checked once, then recognised by
+# their serialised form (validation is a pure function of it). Bounded: cleared when full.
+_checked: dict[bytes, Inventory] = {}
+MAX_CHECKED = 100_000
+
+
+def _inventory(doc: dict[str, Any]) -> Inventory:
+    key = orjson.dumps([doc.get("source"), doc.get("gpus"), doc.get("ports")])
+    known = _checked.get(key)
+    if known is not None:
+        return known
+    source = require(doc, "source", dict, ())
+    inventory = Inventory(
+        cluster=name(source, "cluster", ("source",)),
+        rack=name(source, "rack", ("source",)),
+        node=name(source, "node", ("source",)),
+        backend=name(source, "backend", ("source",)) if "backend" in source else "unknown",
+        gpus=_gpus(require(doc, "gpus", list, ())),
+        ports=_ports(require(doc, "ports", list, ())),
+    )
+    if len(_checked) >= MAX_CHECKED:
+        _checked.clear()
+    _checked[key] = inventory
+    return inventory
 
 
 def _events(items: Any, gpu_indexes: set[int], window: tuple[float, float]) -> tuple[EventIn, ...]:

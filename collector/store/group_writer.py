@@ -20,7 +20,7 @@ from collector.store.writer import InventoryCache, StoreResult, store_batch, sto
 
 log = logging.getLogger(__name__)
 
-MAX_GROUP = 32
+MAX_GROUP = 256
 
 
 class GroupWriter:

@@ -7,7 +7,6 @@ before and nothing else is written. Either everything in a batch is committed or
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
 from typing import Any
 
 import numpy as np
@@ -42,7 +41,7 @@ class InventoryCache:
         self.nodes: dict[tuple[str, str, str], int] = {}
         self.gpus: dict[tuple[int, int, str, str, str], int] = {}
         self.ports: dict[tuple[int, str, int], int] = {}
-        self.partition_days: set[date] = set()  # days whose sample partitions are known to exist
+        self.partition_days: set[int] = set()  # days (since the epoch) whose sample partitions exist
 
 
 # Cache insertions to apply once the transaction commits: (cache table, key, id).
@@ -57,8 +56,7 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
     """Store several batches in one transaction with one COPY per table (group commit): the per-batch
     cost of a transaction and of a COPY is shared. Results are in the order of `batches`."""
     if cache.plain_layout:
-        for batch in batches:
-            await _ensure_partitions(pool, batch, cache)
+        await _ensure_partitions(pool, batches, cache)
     new_entries: PendingEntries = []
     async with pool.connection() as conn, conn.transaction():
         ids = []
@@ -117,18 +115,22 @@ async def _mark_batches(conn: AsyncConnection[Any], batches: list[Batch], node_i
     return fresh
 
 
-async def _ensure_partitions(pool: AsyncConnectionPool, batch: Batch, cache: InventoryCache) -> None:
+async def _ensure_partitions(pool: AsyncConnectionPool, batches: list[Batch], cache: InventoryCache) -> None:
     """Late or early data may need a day's partition that maintenance has not made: make it first, in a
     transaction of its own (DDL would hold the batch's locks longer than it should)."""
-    stamps = np.concatenate([batch.gpu_samples.ts, batch.port_samples.ts])
-    if stamps.size == 0:
+    blocks = [b.gpu_samples.ts for b in batches if len(b.gpu_samples)]
+    blocks += [b.port_samples.ts for b in batches if len(b.port_samples)]
+    if not blocks:
         return
-    days = {partitions.day_of(float(t)) for t in np.unique(np.floor(stamps / 86400) * 86400)}
+    first = int(min(block.min() for block in blocks) // 86400)
+    last = int(max(block.max() for block in blocks) // 86400)
+    if first in cache.partition_days and last in cache.partition_days and last - first <= 1:
+        return  # the usual case: today (and perhaps yesterday, just after midnight), known to exist
+    days = {int(d) for d in np.unique(np.floor(np.concatenate(blocks) / 86400))}
     missing = days - cache.partition_days
-    if missing:
-        async with pool.connection() as conn, conn.transaction():
-            await partitions.ensure(conn, missing)
-        cache.partition_days |= missing
+    async with pool.connection() as conn, conn.transaction():
+        await partitions.ensure(conn, {partitions.day_of(d * 86400.0) for d in missing})
+    cache.partition_days |= missing
 
 
 async def _node_id(conn: AsyncConnection[Any], batch: Batch, cache: InventoryCache, new: PendingEntries) -> int:
@@ -223,7 +225,10 @@ async def _copy(
         copy_columns.append(CopyColumn("bool", np.concatenate([samples.up for samples, _ in parts])))
         names.append("up")
     for column in present:
-        values = [samples.values.get(column.key, np.full(len(samples), np.nan)) for samples, _ in parts]
+        values = [
+            samples.values[column.key] if column.key in samples.values else np.full(len(samples), np.nan)
+            for samples, _ in parts
+        ]
         copy_columns.append(CopyColumn(column.pg_type, np.concatenate(values)))
         names.append(column.key)
     stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(

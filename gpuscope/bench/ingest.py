@@ -38,12 +38,12 @@ from gpuscope.listen import free_loopback_port
 NODES = 1000
 GPUS = 8
 SNAPSHOTS_PER_BATCH = 10
-BATCHES_PER_NODE = 6  # the first one is the warm-up
-CONCURRENCY = 64
+BATCHES_PER_NODE = 10  # the first one is the warm-up
+CONCURRENCY = NODES  # each node holds its own keep-alive connection, as exporters do
 CONTENT = f"Content-Type: {BINARY_CONTENT_TYPE}\r\n"
 
 
-def run() -> dict[str, Any]:
+def run(workers: int = 1) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-ingest-") as tmp:
         data = Path(tmp)
         data.chmod(0o711)  # as root, PostgreSQL runs as 'postgres' and must pass through
@@ -67,6 +67,8 @@ def run() -> dict[str, Any]:
                     f"127.0.0.1:{port}",
                     "--token-file",
                     str(data / "token"),
+                    "--workers",
+                    str(workers),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -87,6 +89,7 @@ def run() -> dict[str, Any]:
         "gpus_per_node": GPUS,
         "batch_rows": GPUS * SNAPSHOTS_PER_BATCH,
         "concurrency": CONCURRENCY,
+        "collector_workers": workers,
         "timed_rows": result.rows,
         "seconds": round(result.seconds, 2),
         "rows_per_s": round(rows_per_s),

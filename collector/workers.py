@@ -1,0 +1,69 @@
+"""Several collector processes on one port (--workers N): each has its own listening socket with
+SO_REUSEPORT, so the kernel spreads connections across them, and its own event loop, pools and group
+writer. Python runs one core per process; a collector host with spare cores uses them this way.
+
+The parent holds the database (an embedded one lives as long as the parent) and watches the workers:
+SIGTERM or SIGINT stops them all; a worker that dies stops the rest, so a supervisor (systemd,
+Kubernetes) restarts the whole collector rather than running it at part strength.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
+
+log = logging.getLogger(__name__)
+
+
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_workers(count: int, target: Callable[..., None], args: tuple[object, ...]) -> int:
+    """Start `count` processes running target(*args); return when they have all stopped (exit code)."""
+    context = multiprocessing.get_context("spawn")  # no inherited threads or event loops
+    workers: list[BaseProcess] = [
+        context.Process(target=target, args=args, name=f"collector-worker-{n}", daemon=False) for n in range(count)
+    ]
+    stopping = threading.Event()
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("stopping %d collector workers (signal %d)", count, signum)
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for worker in workers:
+            worker.start()
+        while not stopping.is_set() and all(w.is_alive() for w in workers):
+            stopping.wait(0.5)
+        failed = [w for w in workers if not w.is_alive() and w.exitcode not in (0, None)]
+        if failed:
+            log.error("collector worker %s exited with %s: stopping the others", failed[0].name, failed[0].exitcode)
+        for worker in workers:
+            if worker.is_alive() and worker.pid is not None:
+                worker.terminate()  # SIGTERM: uvicorn finishes in-flight requests, lifespan closes the pools
+        for worker in workers:
+            worker.join(30)
+            if worker.is_alive():
+                worker.kill()
+        return 1 if failed else 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,110 @@
+"""`gpuscope collector --workers 2`: two processes on one port, both serving, every batch stored once,
+and SIGTERM stopping them all."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from gpuscope.bench import ingest
+from gpuscope.bench.loadgen import push_all
+from gpuscope.listen import free_loopback_port
+from tests.conftest import count_rows
+from tests.test_cli import GPUSCOPE
+
+
+def children(pid: int) -> list[int]:
+    """Worker processes of `pid` (not multiprocessing's resource tracker)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"resource_tracker" not in (stat.parent / "cmdline").read_bytes():
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_two_workers_share_the_port_and_stop_together(dsn: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    token = "t" * 32
+    (tmp_path / "token").write_text(token)
+    (tmp_path / "token").chmod(0o600)
+    port = free_loopback_port()
+    token_file = str(tmp_path / "token")
+    collector = subprocess.Popen(
+        [
+            *GPUSCOPE,
+            "collector",
+            "--db",
+            dsn,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--token-file",
+            token_file,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        workers = children(collector.pid)
+        assert len(workers) == 2
+        monkeypatch.setattr(ingest, "NODES", 40)
+        monkeypatch.setattr(ingest, "BATCHES_PER_NODE", 3)
+        nodes = ingest._batches()
+        result = asyncio.run(push_all("127.0.0.1", port, token, nodes, 40, ingest.CONTENT))
+        assert result.statuses == {200: 120}
+        assert count_rows(dsn, "gpu_sample") == 120 * 80 and count_rows(dsn, "ingest_batch") == 120
+        collector.send_signal(signal.SIGTERM)
+        assert collector.wait(30) == 0
+        assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "no worker left behind"
+    finally:
+        if collector.poll() is None:
+            collector.kill()
+
+
+def test_port_in_use_fails_in_one_clear_line(dsn: str, tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("t" * 32)
+    (tmp_path / "token").chmod(0o600)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        tf = str(tmp_path / "token")
+        result = subprocess.run(
+            [
+                *GPUSCOPE,
+                "collector",
+                "--db",
+                dsn,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "2",
+                "--token-file",
+                tf,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
