@@ -40,8 +40,10 @@ def decode(raw: bytes, window: tuple[float, float]) -> Batch:
     ignored: set[str] = set()
     body = Body(raw, _padded(8 + header_length))
     jobs = None if meta.jobs is None else len(meta.jobs)
-    gpu_samples = _block(body, doc, "gpu_samples", GPU_COLUMNS, [g.index for g in meta.gpus], window, ignored, jobs)
-    port_samples = _block(body, doc, "port_samples", PORT_COLUMNS, range(len(meta.ports)), window, ignored)
+    gpu_samples = _block(
+        body, doc, "gpu_samples", GPU_COLUMNS, [g.index for g in meta.inventory.gpus], window, ignored, jobs
+    )
+    port_samples = _block(body, doc, "port_samples", PORT_COLUMNS, range(len(meta.inventory.ports)), window, ignored)
     if body.offset != len(raw):
         raise IngestError(400, ("body",), f"{len(raw) - body.offset} bytes after the last block")
     return to_batch(meta, gpu_samples, port_samples, ignored)

@@ -4,6 +4,7 @@ sent it, its devices, jobs and events. Every rule is listed in docs/ingest-forma
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +28,20 @@ from collector.ingest.batch import (
 
 
 @dataclass(frozen=True)
-class Header:
-    exporter_id: uuid.UUID
-    seq: int
+class Inventory:
     cluster: str
     rack: str
     node: str
     backend: str
     gpus: tuple[GpuInfo, ...]
     ports: tuple[PortInfo, ...]
+
+
+@dataclass(frozen=True)
+class Header:
+    exporter_id: uuid.UUID
+    seq: int
+    inventory: Inventory
     jobs: tuple[JobRef, ...] | None  # None: the exporter does not attribute jobs
     events: tuple[EventIn, ...]
 
@@ -58,25 +64,10 @@ def header(doc: Any, version: int, window: tuple[float, float]) -> Header:
     return Header(
         exporter_id=exporter_id,
         seq=seq,
-        cluster=inventory.cluster,
-        rack=inventory.rack,
-        node=inventory.node,
-        backend=inventory.backend,
-        gpus=inventory.gpus,
-        ports=inventory.ports,
+        inventory=inventory,
         jobs=_jobs(doc["jobs"]) if "jobs" in doc else None,
         events=_events(doc["events"], {g.index for g in inventory.gpus}, window) if "events" in doc else (),
     )
-
-
-@dataclass(frozen=True)
-class Inventory:
-    cluster: str
-    rack: str
-    node: str
-    backend: str
-    gpus: tuple[GpuInfo, ...]
-    ports: tuple[PortInfo, ...]
 
 
 # An exporter sends the same source, GPUs and ports in every batch: checked once, then recognised by
@@ -105,16 +96,21 @@ def _inventory(doc: dict[str, Any]) -> Inventory:
     return inventory
 
 
-def _events(items: Any, gpu_indexes: set[int], window: tuple[float, float]) -> tuple[EventIn, ...]:
+def _objects(items: Any, key: str, limit: int) -> Iterator[tuple[Loc, dict[str, Any]]]:
+    """(location, object) for each entry of the list `key`, which must hold at most `limit` objects."""
     if not isinstance(items, list):
-        raise IngestError(422, ("events",), "must be an array")
-    if len(items) > MAX_EVENTS:
-        raise IngestError(422, ("events",), f"at most {MAX_EVENTS} events per batch")
-    events = []
+        raise IngestError(422, (key,), "must be an array")
+    if len(items) > limit:
+        raise IngestError(422, (key,), f"at most {limit:,} entries per batch")
     for i, item in enumerate(items):
-        loc: Loc = ("events", i)
         if not isinstance(item, dict):
-            raise IngestError(422, loc, "must be an object")
+            raise IngestError(422, (key, i), "must be an object")
+        yield (key, i), item
+
+
+def _events(items: Any, gpu_indexes: set[int], window: tuple[float, float]) -> tuple[EventIn, ...]:
+    events = []
+    for loc, item in _objects(items, "events", MAX_EVENTS):
         ts = item.get("ts")
         if not isinstance(ts, int | float) or isinstance(ts, bool):
             raise IngestError(422, (*loc, "ts"), "must be a number")
@@ -158,14 +154,9 @@ def name(obj: dict[str, Any], key: str, loc: Loc, limit: int = MAX_NAME) -> str:
 
 
 def _gpus(items: list[Any]) -> tuple[GpuInfo, ...]:
-    if len(items) > MAX_DEVICES:
-        raise IngestError(422, ("gpus",), f"at most {MAX_DEVICES} GPUs per batch")
     gpus = []
     seen = set()
-    for i, item in enumerate(items):
-        loc: Loc = ("gpus", i)
-        if not isinstance(item, dict):
-            raise IngestError(422, loc, "must be an object")
+    for loc, item in _objects(items, "gpus", MAX_DEVICES):
         index = require(item, "index", int, loc)
         if not 0 <= index < MAX_DEVICES:
             raise IngestError(422, (*loc, "index"), f"must be between 0 and {MAX_DEVICES - 1}")
@@ -177,13 +168,8 @@ def _gpus(items: list[Any]) -> tuple[GpuInfo, ...]:
 
 
 def _ports(items: list[Any]) -> tuple[PortInfo, ...]:
-    if len(items) > MAX_DEVICES:
-        raise IngestError(422, ("ports",), f"at most {MAX_DEVICES} ports per batch")
     ports = []
-    for i, item in enumerate(items):
-        loc: Loc = ("ports", i)
-        if not isinstance(item, dict):
-            raise IngestError(422, loc, "must be an object")
+    for loc, item in _objects(items, "ports", MAX_DEVICES):
         port = require(item, "port", int, loc)
         if not 1 <= port <= 255:
             raise IngestError(422, (*loc, "port"), "must be between 1 and 255")
@@ -194,15 +180,8 @@ def _ports(items: list[Any]) -> tuple[PortInfo, ...]:
 
 
 def _jobs(items: Any) -> tuple[JobRef, ...]:
-    if not isinstance(items, list):
-        raise IngestError(422, ("jobs",), "must be an array")
-    if len(items) > MAX_DEVICES:
-        raise IngestError(422, ("jobs",), f"at most {MAX_DEVICES} jobs per batch")
     jobs = []
-    for i, item in enumerate(items):
-        loc: Loc = ("jobs", i)
-        if not isinstance(item, dict):
-            raise IngestError(422, loc, "must be an object")
+    for loc, item in _objects(items, "jobs", MAX_DEVICES):
         user = item.get("user")
         if user is not None:
             user = name(item, "user", loc)

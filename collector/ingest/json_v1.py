@@ -26,7 +26,7 @@ def decode(raw: bytes, window: tuple[float, float]) -> Batch:
         ("gpu_samples",),
         "gpu",
         GPU_COLUMNS,
-        [g.index for g in meta.gpus],
+        [g.index for g in meta.inventory.gpus],
         window,
         ignored,
         meta.jobs,
@@ -36,7 +36,7 @@ def decode(raw: bytes, window: tuple[float, float]) -> Batch:
         ("port_samples",),
         "port",
         PORT_COLUMNS,
-        range(len(meta.ports)),
+        range(len(meta.inventory.ports)),
         window,
         ignored,
     )
@@ -44,15 +44,16 @@ def decode(raw: bytes, window: tuple[float, float]) -> Batch:
 
 
 def to_batch(meta: Header, gpu_samples: Samples, port_samples: Samples, ignored: set[str]) -> Batch:
+    inventory = meta.inventory
     return Batch(
         exporter_id=meta.exporter_id,
         seq=meta.seq,
-        cluster=meta.cluster,
-        rack=meta.rack,
-        node=meta.node,
-        backend=meta.backend,
-        gpus=meta.gpus,
-        ports=meta.ports,
+        cluster=inventory.cluster,
+        rack=inventory.rack,
+        node=inventory.node,
+        backend=inventory.backend,
+        gpus=inventory.gpus,
+        ports=inventory.ports,
         jobs=meta.jobs or (),
         events=meta.events,
         gpu_samples=gpu_samples,
