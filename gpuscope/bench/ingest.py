@@ -3,8 +3,9 @@
 A real collector process (uvicorn) on a private PostgreSQL, both on this machine with the load
 generator; 1,000 simulated nodes push 10 one-second snapshots of 8 GPUs per batch (80 rows: sampling
 every second, the exporter's default 10 s push interval; format v2 from the exporter's own encoder, as
-its pusher sends), each node with at most one batch in flight. Every node's first batch is
-sent before timing starts (inventory is created once per node, not in the steady state). The baseline
+its pusher sends), each node on its own keep-alive connection with at most one batch in flight. Every
+node's first batch is sent before timing starts (inventory is created once per node, not in the
+steady state). `--workers N` runs the collector as N processes on the port. The baseline
 writes the same rows with one large binary COPY per 10,000 rows into an index-free copy of the table:
 what the database itself can take here. Commits are durable (synchronous_commit on) in both.
 """
