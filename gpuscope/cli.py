@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--db", required=True, help="PostgreSQL DSN of the collector's database")
     dashboard.set_defaults(run=_run_dashboard)
     bench = commands.add_parser("bench", help="measure against the targets in DESIGN.md")
-    bench.add_argument("target", choices=["exporter", "ingest", "query"], help="what to measure")
+    bench.add_argument("target", choices=["exporter", "ingest", "query", "stragglers"], help="what to measure")
     bench.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
     bench.add_argument(
         "--workers", type=_positive_int, default=1, help="ingest: collector worker processes (default 1)"
@@ -116,11 +116,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_bench(args: argparse.Namespace) -> None:
-    from gpuscope.bench import exporter, ingest, query
+    from gpuscope.bench import exporter, ingest, query, stragglers
     from gpuscope.bench.report import emit
 
     logging.getLogger().setLevel(logging.WARNING)
-    runs = {"exporter": exporter.run, "ingest": lambda: ingest.run(args.workers), "query": query.run}
+    runs = {
+        "exporter": exporter.run,
+        "ingest": lambda: ingest.run(args.workers),
+        "query": query.run,
+        "stragglers": stragglers.run,
+    }
     emit(args.target, runs[args.target](), args.json)
 
 

@@ -1,0 +1,1 @@
+"""Straggler detection in running jobs (issue 5)."""
