@@ -25,6 +25,8 @@ from collector.store.pools import open_read_pool
 from collector.store.retention import DEFAULT_RETENTION, Retention
 from collector.store.retention import apply as retention_pass
 from collector.store.writer import InventoryCache
+from collector.stragglers.watch import LOCK_KEY as STRAGGLER_LOCK_KEY
+from collector.stragglers.watch import StragglerWatch
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ def create_app(
     read_auth: TokenAuth | None = None,
     retention: Retention = DEFAULT_RETENTION,
     timescaledb: timescale.Mode = "auto",
+    stragglers: bool = True,
 ) -> FastIngest:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,11 +64,14 @@ def create_app(
             retention_s=retention.raw.total_seconds(),
             cache=cache,
         )
-        expiry = asyncio.create_task(_maintenance(ingest_pool, retention, layout), name="maintenance")
+        tasks = [asyncio.create_task(_maintenance(ingest_pool, retention, layout), name="maintenance")]
+        if stragglers:
+            tasks.append(asyncio.create_task(_watch_stragglers(dsn), name="stragglers"))
         try:
             yield
         finally:
-            expiry.cancel()
+            for task in tasks:
+                task.cancel()
             await app.state.ingest.writer.close()
             await ingest_pool.close()
             read_pool.close()
@@ -106,3 +112,22 @@ async def _maintenance(
                 last_partitions = time.monotonic()
         except psycopg.Error as exc:
             log.warning("maintenance failed (will retry): %s", exc)
+
+
+async def _watch_stragglers(dsn: str, every_s: float = 15.0) -> None:
+    """The straggler watch, in one collector at a time: whichever holds the advisory lock on its own
+    connection runs it; the others wait to take over when that connection goes."""
+    watcher = StragglerWatch()
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (STRAGGLER_LOCK_KEY,))
+                row = await cur.fetchone()
+                if row and row[0]:
+                    log.info("this collector runs the straggler watch")
+                    while True:
+                        await watcher.cycle(conn)
+                        await asyncio.sleep(every_s)
+        except psycopg.Error as exc:
+            log.warning("straggler watch interrupted (will retry): %s", exc)
+        await asyncio.sleep(2 * every_s)

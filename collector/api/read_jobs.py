@@ -1,4 +1,5 @@
-"""GET /api/v1/jobs, /jobs/{job_id} and /events: who ran what on which GPUs, how well, and what broke."""
+"""GET /api/v1/jobs, /jobs/{job_id}, /stragglers and /events: who ran what on which GPUs, how well,
+what slowed it and what broke."""
 
 from __future__ import annotations
 
@@ -48,6 +49,21 @@ class JobGpuOut(BaseModel):
 class JobDetailOut(BaseModel):
     job: JobOut
     gpus: list[JobGpuOut]
+
+
+class StragglerOut(BaseModel):
+    job_id: str
+    cluster: str
+    rack: str
+    node: str
+    gpu: int | None  # null: the node or its NIC
+    uuid: str | None
+    cause: str  # thermal | power_cap | slow_nic | slow_host | unknown
+    slowdown: float  # estimated job slowdown, e.g. 0.2 = steps 20% longer
+    evidence: dict[str, float]
+    started_at: datetime
+    declared_at: datetime
+    ended_at: datetime | None
 
 
 class EventOut(BaseModel):
@@ -104,6 +120,37 @@ def get_job(pool: ReadPoolDep, job_id: str) -> JobDetailOut:
             for g in gpus
         ],
     )
+
+
+@router.get(
+    "/stragglers", response_model=list[StragglerOut], summary="Stragglers in running and past jobs, newest first"
+)
+def get_stragglers(
+    pool: ReadPoolDep,
+    time_range: TimeRangeDep,
+    job: str | None = None,
+    active: bool = False,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[StragglerOut]:
+    with pool.connection() as conn:
+        rows = query.stragglers(conn, time_range, job=job, active_only=active, limit=limit)
+    return [
+        StragglerOut(
+            job_id=r.job_id,
+            cluster=r.cluster,
+            rack=r.rack,
+            node=r.node,
+            gpu=r.gpu_index,
+            uuid=r.gpu_uuid,
+            cause=r.cause,
+            slowdown=r.slowdown,
+            evidence=r.evidence,
+            started_at=r.started_at,
+            declared_at=r.declared_at,
+            ended_at=r.ended_at,
+        )
+        for r in rows
+    ]
 
 
 @router.get("/events", response_model=list[EventOut], summary="XID errors, GPUs lost and back, newest first")

@@ -7,6 +7,7 @@ from collector.query.inventory import GpuRow, PortRow, select_gpus, select_ports
 from collector.query.jobs import JobGpu, JobRow, JobState, Usage, job, job_gpus, jobs
 from collector.query.nic import NicSeries, nic_series
 from collector.query.rack_power import RackPower, rack_power
+from collector.query.stragglers import StragglerRow, stragglers
 from collector.query.timerange import TimeRange, bucket_for, last
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "PortRow",
     "RackPower",
     "Series",
+    "StragglerRow",
     "TimeRange",
     "Usage",
     "bucket_for",
@@ -36,4 +38,5 @@ __all__ = [
     "select_gpus",
     "select_ports",
     "series",
+    "stragglers",
 ]

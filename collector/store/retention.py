@@ -26,7 +26,7 @@ HOUR_TABLES = ("gpu_rollup_1h",)
 class Retention:
     raw: timedelta = timedelta(days=30)
     minute_rollups: timedelta = timedelta(days=90)
-    hour_rollups: timedelta = timedelta(days=730)  # and events
+    hour_rollups: timedelta = timedelta(days=730)  # and events and stragglers
 
     def __post_init__(self) -> None:
         if self.raw <= timedelta(0):
@@ -46,7 +46,10 @@ async def apply(
     """Drop raw samples, rollups and events past their retention (plain layout: and make partitions
     ahead); returns the rows deleted per table (dropped partitions and chunks are logged)."""
     now = now or datetime.now(UTC)
-    cutoffs: list[tuple[str, timedelta, str]] = [("event", retention.hour_rollups, "ts")]
+    cutoffs: list[tuple[str, timedelta, str]] = [
+        ("event", retention.hour_rollups, "ts"),
+        ("straggler", retention.hour_rollups, "started_at"),
+    ]
     if layout == "timescaledb":
         await timescale.drop_old(
             conn,

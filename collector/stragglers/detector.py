@@ -44,7 +44,7 @@ class Straggler:
     """A declared straggler: where, why, how bad, since when (and until when, once over)."""
 
     node: int  # position of the node in the job
-    gpu: int | None  # local GPU index; None for a node or NIC
+    gpu: int | None  # local GPU index on that node; None for a node or NIC
     cause: str  # thermal | power_cap | slow_nic | slow_host | unknown
     started_s: float
     slowdown: float  # estimated job slowdown (largest seen while active)
@@ -62,9 +62,20 @@ class _Candidate:
 
 class JobDetector:
     def __init__(self, nodes: int, gpus_per_node: int, settings: Settings | None = None) -> None:
+        self.__init_ranks(np.arange(nodes * gpus_per_node) // gpus_per_node, settings)
+
+    @classmethod
+    def for_ranks(cls, node_of: np.ndarray, settings: Settings | None = None) -> JobDetector:
+        """A job whose ranks sit on nodes 0..n-1 as `node_of` says (any number of GPUs per node)."""
+        detector = cls.__new__(cls)
+        detector.__init_ranks(np.asarray(node_of), settings)
+        return detector
+
+    def __init_ranks(self, node_of: np.ndarray, settings: Settings | None) -> None:
         self.settings = s = settings or Settings()
-        self.nodes, self.per_node = nodes, gpus_per_node
-        self.node_of = np.arange(nodes * gpus_per_node) // gpus_per_node
+        self.node_of = node_of
+        self.nodes = int(node_of.max()) + 1 if node_of.size else 0
+        self._first_rank = np.array([int(np.argmax(node_of == n)) for n in range(self.nodes)])
         self._fast = 1 - math.exp(-s.sample_s / s.fast_s)
         self._slow = 1 - math.exp(-s.sample_s / s.slow_s)
         self._started: float | None = None
@@ -94,8 +105,9 @@ class JobDetector:
             return  # a pause every rank takes together: neither evidence nor baseline
         if self._started is None:
             self._started = t
-        job_util = float(np.nanmedian(util))
-        node_util = np.array([np.nanmedian(util[self.node_of == n]) for n in range(self.nodes)]) / job_util
+        job_util = float(np.nanmedian(util)) if np.isfinite(util).any() else math.nan
+        with np.errstate(all="ignore"):
+            node_util = np.array([_median(util[self.node_of == n]) for n in range(self.nodes)]) / job_util
         frozen = self.active is not None
         self._share.add(tensor / level, learn=not frozen)
         self._util.add(node_util, learn=not frozen)
@@ -113,18 +125,18 @@ class JobDetector:
             return None
         evidence = {"job_slowdown": slowdown}
         wait_rise = 10 ** (self._wait.now - self._wait.base)
-        port = int(np.nanargmax(wait_rise))
-        if wait_rise[port] >= s.min_wait_rise and _stands_out(wait_rise, port):
+        port = int(np.nanargmax(wait_rise)) if np.isfinite(wait_rise).any() else -1
+        if port >= 0 and wait_rise[port] >= s.min_wait_rise and _stands_out(wait_rise, port):
             evidence |= {"xmit_wait_ratio": float(wait_rise[port]), "link_gbps": float(link_gbps[port])}
             return _Candidate((port, None, "slow_nic"), 0.0, evidence)
         util_drop = self._util.base - self._util.now
-        node = int(np.nanargmax(util_drop))
-        if util_drop[node] >= s.min_util_drop and _stands_out(util_drop, node):
+        node = int(np.nanargmax(util_drop)) if np.isfinite(util_drop).any() else -1
+        if node >= 0 and util_drop[node] >= s.min_util_drop and _stands_out(util_drop, node):
             evidence |= {"util_drop": float(util_drop[node])}
             return _Candidate((node, None, "slow_host"), 0.0, evidence)
         share_rise = self._share.now / self._share.base - 1
-        rank = int(np.nanargmax(share_rise))
-        if share_rise[rank] >= s.min_share_rise and _stands_out(share_rise, rank):
+        rank = int(np.nanargmax(share_rise)) if np.isfinite(share_rise).any() else -1
+        if rank >= 0 and share_rise[rank] >= s.min_share_rise and _stands_out(share_rise, rank):
             bits = int(np.nan_to_num(reasons[rank]))
             peers_clock = float(np.nanmedian(np.delete(clock, rank)))
             if bits & (HW_THERMAL_SLOWDOWN | SW_THERMAL_SLOWDOWN):
@@ -134,7 +146,8 @@ class JobDetector:
             else:
                 cause = "unknown"
             evidence |= {"share_rise": float(share_rise[rank]), "clock_ratio": float(clock[rank] / peers_clock)}
-            return _Candidate((int(self.node_of[rank]), rank % self.per_node, cause), 0.0, evidence)
+            node = int(self.node_of[rank])
+            return _Candidate((node, rank - int(self._first_rank[node]), cause), 0.0, evidence)
         return None
 
     def _judge(self, t: float, found: _Candidate | None) -> None:
@@ -183,6 +196,10 @@ class _Ewma:
             fill_base = ~np.isfinite(self.base) & seen
             self.base[fill_base] = values[fill_base]
             self.base[seen] += self.slow * (values[seen] - self.base[seen])
+
+
+def _median(values: np.ndarray) -> float:
+    return float(np.median(values[np.isfinite(values)])) if np.isfinite(values).any() else math.nan
 
 
 def _stands_out(values: np.ndarray, index: int, z: float = 3.5) -> bool:

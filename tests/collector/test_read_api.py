@@ -157,5 +157,6 @@ def test_bad_read_requests_are_refused_clearly(
 
 def test_openapi_documents_every_read_route(collector: RunningCollector) -> None:
     paths = httpx.get(f"{collector.url}/openapi.json").json()["paths"]
-    for path in ("heatmap", "series", "rack-power", "fleet", "nics/series", "jobs", "jobs/{job_id}", "events"):
+    paths_wanted = ("heatmap", "series", "rack-power", "fleet", "nics/series", "jobs", "jobs/{job_id}", "events")
+    for path in (*paths_wanted, "stragglers"):
         assert f"/api/v1/{path}" in paths, path

@@ -37,7 +37,7 @@ def test_each_tier_is_dropped_past_its_own_horizon(dsn: str) -> None:
             conn.execute("INSERT INTO rack_power_1m VALUES (%s, 'c', 'r', 100, 1)", (at,))
             conn.execute("INSERT INTO event (ts, node_id, kind) VALUES (%s, 1, 'xid')", (at,))
     deleted = run_apply(dsn, Retention())  # 30 / 90 / 730 days
-    assert deleted == {"gpu_rollup_1m": 2, "rack_power_1m": 2, "gpu_rollup_1h": 1, "event": 1}
+    assert deleted == {"gpu_rollup_1m": 2, "rack_power_1m": 2, "gpu_rollup_1h": 1, "event": 1, "straggler": 0}
     with psycopg.connect(dsn) as conn:
 
         def ages(table: str, column: str = "bucket") -> list[int]:

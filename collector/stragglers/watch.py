@@ -1,0 +1,188 @@
+"""Runs the straggler detector over every running job, from the database, and stores what it declares.
+
+Each cycle reads the samples that settled since the last one (5 s buckets) for the GPUs of the open
+job allocations and the InfiniBand ports of their nodes, feeds each job's detector in time order, and
+writes new stragglers, their growing slowdown estimates and their ends to the `straggler` table. A job
+new to this collector (or the collector itself, after a restart or a failover) is replayed from
+REPLAY of history first, so its baselines are learnt before it is judged. Only one collector runs it at
+a time (collector/main.py holds a PostgreSQL advisory lock for that).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+from psycopg import AsyncConnection
+
+from collector.query.timerange import EPOCH
+from collector.stragglers.detector import JobDetector, Settings, Straggler
+
+log = logging.getLogger(__name__)
+
+SAMPLE = timedelta(seconds=5)
+SETTLE = timedelta(seconds=15)  # buckets younger than this may still receive samples
+REPLAY = timedelta(minutes=25)
+LOCK_KEY = 0x67707374726167  # "gpstrag": the one active detector across collector replicas
+
+
+@dataclass
+class _Job:
+    gpu_ids: list[int]  # ranks, ordered by node then GPU index
+    node_ids: list[int]  # the job's nodes, in rank order
+    detector: JobDetector
+    cursor: datetime  # the next bucket to feed
+    stored: dict[int, int] = field(default_factory=dict)  # id(Straggler) -> straggler_id
+
+
+class StragglerWatch:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings(sample_s=SAMPLE.total_seconds())
+        self.jobs: dict[str, _Job] = {}
+
+    async def cycle(self, conn: AsyncConnection[Any], now: datetime | None = None) -> int:
+        """Feed every running job's settled buckets to its detector; returns how many stragglers are active."""
+        end = _bucket((now or datetime.now(UTC)) - SETTLE)
+        await self._follow_jobs(conn, end)
+        if not self.jobs:
+            return 0
+        start = min(job.cursor for job in self.jobs.values())
+        if start >= end:
+            return 0
+        gpu_rows, nic_rows = await self._samples(conn, start, end)
+        for job_id, job in self.jobs.items():
+            self._feed(job, gpu_rows, nic_rows, end)
+            await self._store(conn, job_id, job)
+        return sum(job.detector.active is not None for job in self.jobs.values())
+
+    async def _follow_jobs(self, conn: AsyncConnection[Any], end: datetime) -> None:
+        cur = await conn.execute(
+            "SELECT a.job_id, array_agg(a.gpu_id ORDER BY n.cluster, n.name, g.gpu_index),"
+            "       array_agg(a.node_id ORDER BY n.cluster, n.name, g.gpu_index), min(a.started_at)"
+            " FROM job_allocation a JOIN gpu g USING (gpu_id) JOIN node n ON n.node_id = a.node_id"
+            " WHERE a.ended_at IS NULL GROUP BY a.job_id"
+        )
+        running = {job_id: (gpus, nodes, started) for job_id, gpus, nodes, started in await cur.fetchall()}
+        for job_id in set(self.jobs) - set(running):
+            await self._finish(conn, job_id, end)
+        for job_id, (gpus, nodes, started) in running.items():
+            known = self.jobs.get(job_id)
+            if known is not None and known.gpu_ids == gpus:
+                continue
+            if known is not None:  # the job grew or shrank: its baselines no longer apply
+                await self._finish(conn, job_id, end)
+            positions = {node: n for n, node in enumerate(dict.fromkeys(nodes))}
+            detector = JobDetector.for_ranks(np.array([positions[node] for node in nodes]), self.settings)
+            cursor = _bucket(max(started, end - REPLAY))
+            self.jobs[job_id] = _Job(gpus, list(positions), detector, cursor)
+
+    async def _samples(self, conn: AsyncConnection[Any], start: datetime, end: datetime) -> tuple[list, list]:
+        gpu_ids = sorted({g for job in self.jobs.values() for g in job.gpu_ids})
+        node_ids = sorted({n for job in self.jobs.values() for n in job.node_ids})
+        params = {"bucket": SAMPLE, "origin": EPOCH, "start": start, "end": end, "gpus": gpu_ids, "nodes": node_ids}
+        cur = await conn.execute(
+            "SELECT gpu_id, date_bin(%(bucket)s, ts, %(origin)s), avg(tensor_active_pct)::float8,"
+            " avg(util_pct)::float8, avg(sm_clock_mhz)::float8, bit_or(clock_event_reasons)::float8"
+            " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s AND gpu_id = ANY(%(gpus)s) GROUP BY 1, 2",
+            params,
+        )
+        gpu_rows = await cur.fetchall()
+        # Transmit waits per second from consecutive counter readings of each port, summed per node.
+        cur = await conn.execute(
+            "SELECT node_id, b, sum(rate)::float8, min(link)::float8 FROM ("
+            " SELECT p.node_id, date_bin(%(bucket)s, s.ts, %(origin)s) AS b, s.port_id,"
+            "  sum(s.d) / nullif(sum(s.dt), 0) AS rate, min(s.rate_gbps) AS link FROM ("
+            "   SELECT port_id, ts, rate_gbps, xmit_wait - lag(xmit_wait) OVER w AS d,"
+            "    extract(epoch FROM ts - lag(ts) OVER w) AS dt FROM ib_port_sample"
+            "   WHERE ts >= %(start)s - interval '1 minute' AND ts < %(end)s"
+            "   AND port_id IN (SELECT port_id FROM ib_port WHERE node_id = ANY(%(nodes)s))"
+            "   WINDOW w AS (PARTITION BY port_id ORDER BY ts)) AS s JOIN ib_port p USING (port_id)"
+            "  WHERE s.ts >= %(start)s AND s.d >= 0 GROUP BY 1, 2, 3) AS ports GROUP BY 1, 2",
+            params,
+        )
+        return gpu_rows, await cur.fetchall()
+
+    def _feed(self, job: _Job, gpu_rows: list, nic_rows: list, end: datetime) -> None:
+        steps = int((end - job.cursor) / SAMPLE)
+        if steps <= 0:
+            return
+        first = job.cursor.timestamp()
+        rank_of = {gpu_id: r for r, gpu_id in enumerate(job.gpu_ids)}
+        node_pos = {node_id: n for n, node_id in enumerate(job.node_ids)}
+        gpu = np.full((4, len(job.gpu_ids), steps), np.nan)  # tensor, util, clock, reasons
+        for gpu_id, bucket, *values in gpu_rows:
+            rank, step = rank_of.get(gpu_id), round((bucket.timestamp() - first) / SAMPLE.total_seconds())
+            if rank is not None and 0 <= step < steps:
+                gpu[:, rank, step] = [np.nan if v is None else v for v in values]
+        nic = np.full((2, len(job.node_ids), steps), np.nan)  # wait rate, link rate
+        for node_id, bucket, *values in nic_rows:
+            node, step = node_pos.get(node_id), round((bucket.timestamp() - first) / SAMPLE.total_seconds())
+            if node is not None and 0 <= step < steps:
+                nic[:, node, step] = [np.nan if v is None else v for v in values]
+        for step in range(steps):
+            t = first + step * SAMPLE.total_seconds()
+            job.detector.update(t, gpu[0, :, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], *nic[:, :, step])
+        job.cursor = end
+
+    async def _store(self, conn: AsyncConnection[Any], job_id: str, job: _Job) -> None:
+        for straggler in job.detector.declared:
+            key = id(straggler)
+            if key not in job.stored:
+                job.stored[key] = await self._insert(conn, job_id, job, straggler)
+                log.warning(
+                    "straggler in job %s: node %s gpu %s, %s, job %.0f%% slower",
+                    job_id, job.node_ids[straggler.node], straggler.gpu, straggler.cause, 100 * straggler.slowdown,
+                )  # fmt: skip
+            else:
+                await conn.execute(
+                    "UPDATE straggler SET slowdown = %s, ended_at = %s WHERE straggler_id = %s",
+                    (straggler.slowdown, _at(straggler.ended_s), job.stored[key]),
+                )
+        job.detector.declared = [s for s in job.detector.declared if s.ended_s is None]
+
+    async def _insert(self, conn: AsyncConnection[Any], job_id: str, job: _Job, straggler: Straggler) -> int:
+        node_id = job.node_ids[straggler.node]
+        gpu_id = None
+        if straggler.gpu is not None:
+            ranks = [r for r, n in enumerate(job.detector.node_of) if n == straggler.node]
+            gpu_id = job.gpu_ids[ranks[straggler.gpu]]
+        cur = await conn.execute(
+            "INSERT INTO straggler (job_id, node_id, gpu_id, cause, slowdown, evidence, started_at, declared_at,"
+            " ended_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING straggler_id",
+            (
+                job_id,
+                node_id,
+                gpu_id,
+                straggler.cause,
+                straggler.slowdown,
+                json.dumps(straggler.evidence),
+                _at(straggler.started_s),
+                _at(straggler.declared_s),
+                _at(straggler.ended_s),
+            ),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def _finish(self, conn: AsyncConnection[Any], job_id: str, end: datetime) -> None:
+        """The job ended (or changed shape): an active straggler ends with it."""
+        job = self.jobs.pop(job_id)
+        active = job.detector.active
+        if active is not None and id(active) in job.stored:
+            await conn.execute(
+                "UPDATE straggler SET ended_at = %s WHERE straggler_id = %s", (end, job.stored[id(active)])
+            )
+
+
+def _bucket(at: datetime) -> datetime:
+    seconds = SAMPLE.total_seconds()
+    return EPOCH + timedelta(seconds=int(at.timestamp() // seconds * seconds))
+
+
+def _at(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)

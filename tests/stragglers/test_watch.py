@@ -1,0 +1,89 @@
+"""The straggler watch end to end: a simulated training job pushed through a real collector (format v2,
+with job attribution and InfiniBand ports), the watch run over the database, and the straggler stored
+with the right job, GPU, cause and interval; nothing for a clean job, nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import psycopg
+import pytest
+
+from collector.stragglers.watch import StragglerWatch
+from exporter.sim.training import Fault, Telemetry, TrainingJob, simulate
+from exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
+from exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from tests.collector.test_ingest import post
+from tests.conftest import RunningCollector
+
+JOB = TrainingJob(nodes=2, gpus_per_node=4, seed=8)
+HISTORY_S = 2400.0
+FAULT = Fault("thermal", 1, 2, onset_s=1500.0, end_s=2100.0, severity=0.2)
+
+
+def push(collector: RunningCollector, telemetry: Telemetry, start: float, job_id: str) -> None:
+    for node in range(JOB.nodes):
+        origin = Origin("c", "r1", f"{job_id}-n{node}", "sim", str(uuid.uuid4()))
+        gpus = [GpuIdentity(i, f"GPU-{job_id}-{node}-{i}", "H100", f"00:{i:02x}") for i in range(JOB.gpus_per_node)]
+        snapshots = []
+        for i, t in enumerate(telemetry.times):
+            readings = []
+            for local, identity in enumerate(gpus):
+                rank = node * JOB.gpus_per_node + local
+                values = {k: float(v[rank, i]) for k, v in telemetry.gpu.items() if v[rank, i] == v[rank, i]}
+                readings.append(GpuReading(identity, True, values=values))
+            port = PortReading(PortIdentity("mlx5_0", 1), {k: float(v[node, i]) for k, v in telemetry.nic.items()})
+            jobs = {g.index: JobInfo(job_id, "alice") for g in gpus}
+            snapshots.append(Snapshot(ts=start + t, gpus=tuple(readings), ports=(port,), jobs=jobs))
+        for seq, lo in enumerate(range(0, len(snapshots), 60), start=1):
+            body = encode_binary(origin, seq, snapshots[lo : lo + 60])
+            response = post(collector, body, **{"Content-Type": BINARY_CONTENT_TYPE})
+            assert response.status_code == 200, response.text
+
+
+def watch(dsn: str, watcher: StragglerWatch, now: datetime) -> int:
+    async def run() -> int:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            return await watcher.cycle(conn, now)
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def pushed(collector: RunningCollector) -> datetime:
+    start = time.time() - HISTORY_S - 20
+    push(collector, simulate(JOB, [FAULT], HISTORY_S), start, "train-1")
+    clean = TrainingJob(nodes=2, gpus_per_node=4, seed=9)
+    push(collector, simulate(clean, [], HISTORY_S), start, "clean-1")
+    return datetime.fromtimestamp(start + HISTORY_S + 20, UTC)
+
+
+def test_straggler_is_found_stored_and_ended(collector: RunningCollector, pushed: datetime) -> None:
+    watcher = StragglerWatch()
+    watch(collector.dsn, watcher, pushed)
+    with psycopg.connect(collector.dsn) as conn:
+        rows = conn.execute(
+            "SELECT s.job_id, g.uuid, s.cause, s.slowdown, s.started_at, s.declared_at, s.ended_at"
+            " FROM straggler s LEFT JOIN gpu g USING (gpu_id)"
+        ).fetchall()
+    [(job_id, gpu_uuid, cause, slowdown, started, declared, ended)] = rows
+    assert (job_id, gpu_uuid, cause) == ("train-1", "GPU-train-1-1-2", "thermal")
+    onset = pushed - timedelta(seconds=20 + HISTORY_S - FAULT.onset_s)
+    end = pushed - timedelta(seconds=20 + HISTORY_S - FAULT.end_s)
+    assert onset - timedelta(seconds=10) <= started <= declared <= onset + timedelta(seconds=90)
+    assert ended is not None and end <= ended <= end + timedelta(seconds=120)
+    assert slowdown == pytest.approx(0.2, abs=0.05)
+    # A later cycle with nothing new writes nothing twice.
+    watch(collector.dsn, watcher, pushed + timedelta(seconds=30))
+    with psycopg.connect(collector.dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM straggler").fetchone() == (1,)
+    # The read API serves it: the job, the GPU, the cause, the evidence.
+    [served] = httpx.get(f"{collector.url}/api/v1/stragglers", params={"minutes": 60}, timeout=10).json()
+    assert (served["job_id"], served["node"], served["gpu"], served["cause"]) == ("train-1", "train-1-n1", 2, "thermal")
+    assert served["evidence"]["share_rise"] > 0.05 and served["ended_at"] is not None
+    active = httpx.get(f"{collector.url}/api/v1/stragglers", params={"minutes": 60, "active": "true"}, timeout=10)
+    assert active.json() == []
