@@ -85,8 +85,10 @@ class StragglerWatch:
         node_ids = sorted({n for job in self.jobs.values() for n in job.node_ids})
         params = {"bucket": SAMPLE, "origin": EPOCH, "start": start, "end": end, "gpus": gpu_ids, "nodes": node_ids}
         cur = await conn.execute(
+            # Tensor activity needs profiling counters (GPM on Hopper and later); SM activity stands in.
             "SELECT gpu_id, date_bin(%(bucket)s, ts, %(origin)s), avg(tensor_active_pct)::float8,"
-            " avg(util_pct)::float8, avg(sm_clock_mhz)::float8, bit_or(clock_event_reasons)::float8"
+            " avg(util_pct)::float8, avg(sm_clock_mhz)::float8, bit_or(clock_event_reasons)::float8,"
+            " avg(sm_active_pct)::float8"
             " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s AND gpu_id = ANY(%(gpus)s) GROUP BY 1, 2",
             params,
         )
@@ -113,7 +115,7 @@ class StragglerWatch:
         first = job.cursor.timestamp()
         rank_of = {gpu_id: r for r, gpu_id in enumerate(job.gpu_ids)}
         node_pos = {node_id: n for n, node_id in enumerate(job.node_ids)}
-        gpu = np.full((4, len(job.gpu_ids), steps), np.nan)  # tensor, util, clock, reasons
+        gpu = np.full((5, len(job.gpu_ids), steps), np.nan)  # tensor, util, clock, reasons, SM activity
         for gpu_id, bucket, *values in gpu_rows:
             rank, step = rank_of.get(gpu_id), round((bucket.timestamp() - first) / SAMPLE.total_seconds())
             if rank is not None and 0 <= step < steps:
@@ -123,9 +125,12 @@ class StragglerWatch:
             node, step = node_pos.get(node_id), round((bucket.timestamp() - first) / SAMPLE.total_seconds())
             if node is not None and 0 <= step < steps:
                 nic[:, node, step] = [np.nan if v is None else v for v in values]
+        activity = gpu[0] if np.isfinite(gpu[0]).any() or not np.isfinite(gpu[4]).any() else gpu[4]
         for step in range(steps):
             t = first + step * SAMPLE.total_seconds()
-            job.detector.update(t, gpu[0, :, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], *nic[:, :, step])
+            job.detector.update(
+                t, activity[:, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], *nic[:, :, step]
+            )
         job.cursor = end
 
     async def _store(self, conn: AsyncConnection[Any], job_id: str, job: _Job) -> None:

@@ -87,3 +87,14 @@ def test_straggler_is_found_stored_and_ended(collector: RunningCollector, pushed
     assert served["evidence"]["share_rise"] > 0.05 and served["ended_at"] is not None
     active = httpx.get(f"{collector.url}/api/v1/stragglers", params={"minutes": 60, "active": "true"}, timeout=10)
     assert active.json() == []
+
+
+def test_sm_activity_stands_in_where_gpus_have_no_tensor_counters(collector: RunningCollector) -> None:
+    start = time.time() - HISTORY_S - 20
+    telemetry = simulate(JOB, [FAULT], HISTORY_S)
+    del telemetry.gpu["tensor_active_pct"]  # pre-Hopper GPUs: no GPM profiling counters
+    push(collector, telemetry, start, "older-1")
+    watch(collector.dsn, StragglerWatch(), datetime.fromtimestamp(start + HISTORY_S + 20, UTC))
+    with psycopg.connect(collector.dsn) as conn:
+        rows = conn.execute("SELECT g.uuid, s.cause FROM straggler s JOIN gpu g USING (gpu_id)").fetchall()
+    assert rows == [("GPU-older-1-1-2", "thermal")]
