@@ -134,23 +134,7 @@ def get_stragglers(
 ) -> list[StragglerOut]:
     with pool.connection() as conn:
         rows = query.stragglers(conn, time_range, job=job, active_only=active, limit=limit)
-    return [
-        StragglerOut(
-            job_id=r.job_id,
-            cluster=r.cluster,
-            rack=r.rack,
-            node=r.node,
-            gpu=r.gpu_index,
-            uuid=r.gpu_uuid,
-            cause=r.cause,
-            slowdown=r.slowdown,
-            evidence=r.evidence,
-            started_at=r.started_at,
-            declared_at=r.declared_at,
-            ended_at=r.ended_at,
-        )
-        for r in rows
-    ]
+    return [StragglerOut.model_validate(row, from_attributes=True) for row in rows]
 
 
 @router.get("/events", response_model=list[EventOut], summary="XID errors, GPUs lost and back, newest first")
@@ -164,18 +148,4 @@ def get_events(
 ) -> list[EventOut]:
     with pool.connection() as conn:
         rows = query.events(conn, time_range, kinds=kind, cluster=cluster, node=node, limit=limit)
-    return [
-        EventOut(
-            ts=e.ts,
-            cluster=e.cluster,
-            rack=e.rack,
-            node=e.node,
-            gpu=e.gpu_index,
-            uuid=e.gpu_uuid,
-            kind=e.kind,
-            code=e.code,
-            count=e.count,
-            message=e.message,
-        )
-        for e in rows
-    ]
+    return [EventOut.model_validate(row, from_attributes=True) for row in rows]

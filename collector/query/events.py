@@ -18,8 +18,8 @@ class EventRow:
     cluster: str
     rack: str
     node: str
-    gpu_index: int | None
-    gpu_uuid: str | None
+    gpu: int | None  # index on the node; None: the node itself
+    uuid: str | None
     kind: str
     code: int | None
     count: int

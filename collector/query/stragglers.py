@@ -17,8 +17,8 @@ class StragglerRow:
     cluster: str
     rack: str
     node: str
-    gpu_index: int | None
-    gpu_uuid: str | None
+    gpu: int | None  # index on the node; None: the node itself
+    uuid: str | None
     cause: str
     slowdown: float
     evidence: dict[str, float]
