@@ -36,7 +36,7 @@ class _Job:
     node_ids: list[int]  # the job's nodes, in rank order
     detector: JobDetector
     cursor: datetime  # the next bucket to feed
-    stored: dict[int, int] = field(default_factory=dict)  # id(Straggler) -> straggler_id
+    stored: dict[int, int] = field(default_factory=dict)  # id(Straggler) -> straggler_id, while it is active
 
 
 class StragglerWatch:
@@ -147,6 +147,11 @@ class StragglerWatch:
                     "UPDATE straggler SET slowdown = %s, ended_at = %s WHERE straggler_id = %s",
                     (straggler.slowdown, _at(straggler.ended_s), job.stored[key]),
                 )
+        # Ended ones are final in the table: forget them, and their ids with them (an id() is reused
+        # once its object is gone, so a stale entry could pass a new straggler off as stored).
+        for straggler in job.detector.declared:
+            if straggler.ended_s is not None:
+                job.stored.pop(id(straggler), None)
         job.detector.declared = [s for s in job.detector.declared if s.ended_s is None]
 
     async def _insert(self, conn: AsyncConnection[Any], job_id: str, job: _Job, straggler: Straggler) -> int:

@@ -98,3 +98,19 @@ def test_sm_activity_stands_in_where_gpus_have_no_tensor_counters(collector: Run
     with psycopg.connect(collector.dsn) as conn:
         rows = conn.execute("SELECT g.uuid, s.cause FROM straggler s JOIN gpu g USING (gpu_id)").fetchall()
     assert rows == [("GPU-older-1-1-2", "thermal")]
+
+
+def test_two_stragglers_in_turn_across_cycles_are_both_stored(collector: RunningCollector) -> None:
+    start = time.time() - HISTORY_S - 20
+    first = Fault("thermal", 1, 2, onset_s=1400.0, end_s=1700.0, severity=0.2)
+    second = Fault("power_cap", 0, 1, onset_s=1900.0, end_s=2200.0, severity=0.2)
+    push(collector, simulate(JOB, [first, second], HISTORY_S), start, "twice-1")
+    watcher = StragglerWatch()
+    for offset in (1600.0, 1800.0, 2000.0, 2200.0, HISTORY_S + 20):  # cycles as time goes by
+        watch(collector.dsn, watcher, datetime.fromtimestamp(start + offset, UTC))
+    with psycopg.connect(collector.dsn) as conn:
+        rows = conn.execute(
+            "SELECT g.uuid, s.cause, s.ended_at IS NOT NULL FROM straggler s JOIN gpu g USING (gpu_id)"
+            " ORDER BY s.started_at"
+        ).fetchall()
+    assert rows == [("GPU-twice-1-1-2", "thermal", True), ("GPU-twice-1-0-1", "power_cap", True)]
