@@ -72,6 +72,7 @@ def create_app(
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # let them close their connections
             await app.state.ingest.writer.close()
             await ingest_pool.close()
             read_pool.close()
@@ -130,4 +131,6 @@ async def _watch_stragglers(dsn: str, every_s: float = 15.0) -> None:
                         await asyncio.sleep(every_s)
         except psycopg.Error as exc:
             log.warning("straggler watch interrupted (will retry): %s", exc)
+        except Exception:  # a bug must not end the watch for good: log it and start over
+            log.exception("straggler watch failed (will retry)")
         await asyncio.sleep(2 * every_s)
