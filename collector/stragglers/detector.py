@@ -80,7 +80,7 @@ class JobDetector:
         self._slow = 1 - math.exp(-s.sample_s / s.slow_s)
         self._started: float | None = None
         self._share = _Ewma(self._fast, self._slow)  # rank's tensor activity / job median
-        self._util = _Ewma(self._fast, self._slow)  # node's median GPU utilisation / job median
+        self._util = _Ewma(self._fast, self._slow)  # node's median GPU utilisation / the other nodes'
         self._level = _Ewma(self._fast, self._slow)  # job median tensor activity
         self._wait = _Ewma(self._fast, self._slow)  # node's transmit waits per second (log)
         self._candidate: _Candidate | None = None
@@ -105,9 +105,12 @@ class JobDetector:
             return  # a pause every rank takes together: neither evidence nor baseline
         if self._started is None:
             self._started = t
-        job_util = float(np.nanmedian(util)) if np.isfinite(util).any() else math.nan
+        # Each node's utilisation against the other nodes' (not the job's, which a stalled node drags
+        # down with it when it is half of a two-node job).
+        per_node = np.array([_median(util[self.node_of == n]) for n in range(self.nodes)])
+        others = np.array([_median(np.delete(per_node, n)) for n in range(self.nodes)]) if self.nodes > 1 else per_node
         with np.errstate(all="ignore"):
-            node_util = np.array([_median(util[self.node_of == n]) for n in range(self.nodes)]) / job_util
+            node_util = per_node / others
         frozen = self.active is not None
         self._share.add(tensor / level, learn=not frozen)
         self._util.add(node_util, learn=not frozen)

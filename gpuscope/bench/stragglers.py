@@ -8,7 +8,8 @@ sample, as it would live, and is scored against the ground truth:
 - latency: declaration time minus onset, for slowdowns of 20% and more;
 - false alerts per 1,000 job-hours: declarations on clean jobs;
 - localisation: declarations overlapping a fault that name its place; cause accuracy likewise.
-Tuned on seeds 0-199 only; the same figures on the held-out seeds 1000-1199 are reported beside them.
+Tuned on seeds 0-199 only; the same figures on held-out seeds are reported beside them: 2000-2199 (the
+earlier held-out range, 1000-1199, was looked at once to study its misses, so it is held out no more).
 False alerts are also counted over a separate clean suite of more than 1,000 job-hours (seeds 5000-5199,
 six hours each), since a rate of one per 1,000 job-hours cannot be shown on a hundred.
 Cost: one update of 1,000 running jobs of 10 GPUs each (10,000 GPUs), timed.
@@ -28,7 +29,7 @@ from exporter.sim.training import FAULT_KINDS, Fault, Telemetry, TrainingJob, si
 
 SEVERITIES = (0.05, 0.1, 0.2, 0.5)
 TUNING = range(0, 200)
-HELD_OUT = range(1000, 1200)
+HELD_OUT = range(2000, 2200)
 CLEAN = range(5000, 5200)
 CLEAN_HOURS = 6.0
 GRACE_S = 120.0
