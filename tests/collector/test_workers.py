@@ -19,6 +19,12 @@ from tests.conftest import count_rows
 from tests.test_cli import GPUSCOPE
 
 
+def two_workers(dsn: str, port: int, token_file: str) -> list[str]:
+    """The command line of a two-process collector on 127.0.0.1:port."""
+    listen = f"127.0.0.1:{port}"
+    return [*GPUSCOPE, "collector", "--db", dsn, "--listen", listen, "--workers", "2", "--token-file", token_file]
+
+
 def children(pid: int) -> list[int]:
     """Worker processes of `pid` (not multiprocessing's resource tracker)."""
     found = []
@@ -39,18 +45,7 @@ def test_two_workers_share_the_port_and_stop_together(dsn: str, tmp_path: Path, 
     port = free_loopback_port()
     token_file = str(tmp_path / "token")
     collector = subprocess.Popen(
-        [
-            *GPUSCOPE,
-            "collector",
-            "--db",
-            dsn,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--token-file",
-            token_file,
-        ],
+        two_workers(dsn, port, token_file),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -88,18 +83,7 @@ def test_port_in_use_fails_in_one_clear_line(dsn: str, tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         tf = str(tmp_path / "token")
         result = subprocess.run(
-            [
-                *GPUSCOPE,
-                "collector",
-                "--db",
-                dsn,
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "2",
-                "--token-file",
-                tf,
-            ],
+            two_workers(dsn, port, tf),
             capture_output=True,
             text=True,
             timeout=60,
