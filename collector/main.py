@@ -13,7 +13,9 @@ from fastapi import Depends, FastAPI
 from psycopg_pool import AsyncConnectionPool
 from starlette.concurrency import run_in_threadpool
 
-from collector.api import health, ingest, read, read_jobs, read_nics
+from alerts import views as alert_views
+from alerts.engine import AlertEngine
+from collector.api import alerts, health, ingest, read, read_jobs, read_nics
 from collector.api.deps import require_read_token
 from collector.api.fast_ingest import FastIngest
 from collector.auth import TokenAuth
@@ -40,12 +42,15 @@ def create_app(
     retention: Retention = DEFAULT_RETENTION,
     timescaledb: timescale.Mode = "auto",
     stragglers: bool = True,
+    alert_engine: AlertEngine | None = None,
+    admin_auth: TokenAuth | None = None,
 ) -> FastIngest:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(migrate, dsn)
         layout = await run_in_threadpool(timescale.setup, dsn, timescaledb)
         log.info("storage layout: %s", layout)
+        await run_in_threadpool(alert_views.apply, dsn)  # after the layout: the views read its tables
         ingest_pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_concurrent_writes, open=False)
         await ingest_pool.open(wait=True, timeout=30)  # fail start-up fast if the database is away
         async with ingest_pool.connection() as conn:
@@ -54,6 +59,7 @@ def create_app(
         app.state.ingest_pool = ingest_pool
         app.state.read_pool = read_pool
         app.state.read_auth = read_auth
+        app.state.admin_auth = admin_auth
         cache = InventoryCache(layout)
         app.state.ingest = IngestState(
             auth=auth,
@@ -67,6 +73,8 @@ def create_app(
         tasks = [asyncio.create_task(_maintenance(ingest_pool, retention, layout), name="maintenance")]
         if stragglers:
             tasks.append(asyncio.create_task(_watch_stragglers(dsn), name="stragglers"))
+        if alert_engine is not None:
+            tasks.append(asyncio.create_task(alert_engine.run(dsn), name="alerts"))
         try:
             yield
         finally:
@@ -86,6 +94,7 @@ def create_app(
     app.include_router(ingest.router)
     for router in (read.router, read_nics.router, read_jobs.router):
         app.include_router(router, dependencies=[Depends(require_read_token)])
+    app.include_router(alerts.router)  # its routes check the read or the admin token themselves
     app.include_router(health.router)
     return FastIngest(app)  # the ingest route's fast path in front of everything FastAPI serves
 

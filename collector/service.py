@@ -11,6 +11,9 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
+from alerts.config import load_notify_config
+from alerts.engine import AlertEngine
+from alerts.rules import default_rules_text, load_rule_files, parse_rules
 from collector.auth import TokenAuth, read_node_tokens, token_or_generate
 from collector.embedded_pg import EmbeddedPostgres
 from collector.main import create_app
@@ -45,9 +48,21 @@ def run(settings: CollectorSettings) -> int:
         return run_workers(settings.workers, _worker, (settings, dsn, token, host, port))
 
 
+def alert_engine(settings: CollectorSettings) -> AlertEngine | None:
+    """The alert engine the settings ask for; files are read now, so a broken one stops the start."""
+    if not settings.alerts:
+        return None
+    groups = load_rule_files(settings.alert_rules) if settings.alert_rules else parse_rules(default_rules_text())
+    config = load_notify_config(settings.notify_config) if settings.notify_config else None
+    if config is None:
+        log.info("no --notify-config: alerts are evaluated and kept, but not sent anywhere")
+    return AlertEngine(groups, config)
+
+
 def serve(settings: CollectorSettings, dsn: str, token: str, host: str, port: int, workers: bool = False) -> None:
     node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
     read_auth = TokenAuth([read_token_file(settings.read_token_file)]) if settings.read_token_file else None
+    admin_auth = TokenAuth([read_token_file(settings.admin_token_file)]) if settings.admin_token_file else None
     app = create_app(
         dsn,
         TokenAuth([token], node_tokens),
@@ -56,6 +71,8 @@ def serve(settings: CollectorSettings, dsn: str, token: str, host: str, port: in
         read_auth,
         settings.retention(),
         settings.timescaledb,
+        alert_engine=alert_engine(settings),
+        admin_auth=admin_auth,
     )
     config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False)
     if not workers:

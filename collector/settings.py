@@ -44,6 +44,10 @@ class CollectorSettings(BaseSettings):
     minute_rollup_days: float = Field(default=90.0, gt=0)  # at least retention_days
     timescaledb: Mode = "auto"  # use TimescaleDB when the server has it ("on": require it; "off": never)
     hour_rollup_days: float = Field(default=730.0, gt=0)  # hour rollups and events; at least minute_rollup_days
+    alerts: bool = True  # evaluate alert rules (in one replica at a time)
+    alert_rules: list[Path] = []  # rule files; none: the shipped defaults (alerts/default_rules.yaml)
+    notify_config: Path | None = None  # receivers and routes; none: alerts are kept but not sent
+    admin_token_file: Path | None = None  # bearer token for creating and expiring silences
 
     @model_validator(mode="after")
     def _tiers_outlive_finer_ones(self) -> CollectorSettings:

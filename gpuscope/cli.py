@@ -8,6 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
+from alerts import cli as alerts_cli
 from gpuscope.listen import parse_listen
 
 
@@ -99,14 +100,24 @@ def _parser() -> argparse.ArgumentParser:
         "--workers", type=_positive_int, help="collector processes sharing the port, one core each (default 1)"
     )
     collector.add_argument("--read-token-file", type=Path, help="require this bearer token on the read API")
+    collector.add_argument(
+        "--rules", type=Path, action="append", help="alert rules file (repeatable; default: the shipped rules)"
+    )
+    collector.add_argument("--notify-config", type=Path, help="alert receivers, routes and inhibition (YAML)")
+    collector.add_argument("--admin-token-file", type=Path, help="bearer token allowed to create/expire silences")
+    collector.add_argument("--no-alerts", action="store_true", help="do not evaluate alert rules here")
     collector.set_defaults(run=_run_collector)
 
     dashboard = commands.add_parser("dashboard", help="the web UI")
     dashboard.add_argument("--listen", default="127.0.0.1:8050", help="HOST:PORT (default 127.0.0.1:8050)")
     dashboard.add_argument("--db", required=True, help="PostgreSQL DSN of the collector's database")
     dashboard.set_defaults(run=_run_dashboard)
+    alerts_cli.add_parser(commands)
+
     bench = commands.add_parser("bench", help="measure against the targets in DESIGN.md")
-    bench.add_argument("target", choices=["exporter", "ingest", "query", "stragglers"], help="what to measure")
+    bench.add_argument(
+        "target", choices=["exporter", "ingest", "query", "stragglers", "alerts"], help="what to measure"
+    )
     bench.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
     bench.add_argument(
         "--workers", type=_positive_int, default=1, help="ingest: collector worker processes (default 1)"
@@ -116,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_bench(args: argparse.Namespace) -> None:
+    from gpuscope.bench import alerts as alerts_bench
     from gpuscope.bench import exporter, ingest, query, stragglers
     from gpuscope.bench.report import emit
 
@@ -125,6 +137,7 @@ def _run_bench(args: argparse.Namespace) -> None:
         "ingest": lambda: ingest.run(args.workers),
         "query": query.run,
         "stragglers": stragglers.run,
+        "alerts": alerts_bench.run,
     }
     emit(args.target, runs[args.target](), args.json)
 
@@ -171,6 +184,10 @@ def _run_collector(args: argparse.Namespace) -> int:
             "hour_rollup_days": args.hour_rollup_days,
             "timescaledb": args.timescaledb,
             "workers": args.workers,
+            "alert_rules": args.rules,
+            "notify_config": args.notify_config,
+            "admin_token_file": args.admin_token_file,
+            "alerts": False if args.no_alerts else None,
         }.items()
         if value is not None
     }

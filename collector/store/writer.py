@@ -82,6 +82,7 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
             if is_fresh:
                 await allocations.record(conn, node_id, gpu_ids, batch)
                 await events.record(conn, node_id, gpu_ids, batch)
+        await _mark_seen(conn, [node_id for node_id, _, _ in ids])
     for table, key, value in new_entries:
         table[key] = value
     return [
@@ -113,6 +114,24 @@ async def _mark_batches(conn: AsyncConnection[Any], batches: list[Batch], node_i
         fresh.append(key in inserted)
         inserted.discard(key)  # the same batch twice in one group: the first copy is the one stored
     return fresh
+
+
+async def _mark_seen(conn: AsyncConnection[Any], node_ids: list[int]) -> None:
+    """Each node's last push and smoothed push interval, for the exporter-down alert. Retried batches count
+    too (the exporter is alive). Rows are locked in node order, so concurrent groups cannot deadlock."""
+    await conn.execute(
+        "INSERT INTO node_seen AS s (node_id, last_seen)"
+        " SELECT id, now() FROM unnest(%s::int[]) AS id"
+        " ON CONFLICT (node_id) DO UPDATE SET"
+        "  push_interval_s = CASE"
+        "   WHEN EXCLUDED.last_seen - s.last_seen < interval '50 milliseconds' THEN s.push_interval_s"
+        "   WHEN s.push_interval_s IS NULL THEN extract(epoch FROM EXCLUDED.last_seen - s.last_seen)"
+        # smoothed, and one long outage moves it only so far
+        "   ELSE 0.8 * s.push_interval_s + 0.2 * least(extract(epoch FROM EXCLUDED.last_seen - s.last_seen),"
+        "                                              4 * s.push_interval_s) END,"
+        "  last_seen = greatest(s.last_seen, EXCLUDED.last_seen)",
+        (sorted(set(node_ids)),),
+    )
 
 
 async def _ensure_partitions(pool: AsyncConnectionPool, batches: list[Batch], cache: InventoryCache) -> None:

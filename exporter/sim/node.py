@@ -50,6 +50,13 @@ class SimNodeSource:
         self._temp = np.full(node.gpus, AMBIENT_C + THERMAL_C_PER_W * IDLE_POWER_W)
         self._energy_j = self._rng.uniform(1e6, 5e7, node.gpus)  # driver loaded a while ago
         self._ib = {key: np.zeros(node.ib_ports) for key in ("xmit_bytes", "rcv_bytes", "xmit_wait")}
+        self._cooling_loss_c = np.zeros(node.gpus)
+
+    def fail_cooling(self, gpu: int, degrees: float) -> None:
+        """Fault injection: GPU `gpu` runs `degrees` hotter from now on (0 repairs it). A dead fan is a
+        step, not a ramp: the offset applies at once, to the steady state and the current reading."""
+        self._temp[gpu] += degrees - self._cooling_loss_c[gpu]
+        self._cooling_loss_c[gpu] = degrees
 
     def read(self, now: float) -> tuple[tuple[GpuReading, ...], tuple[PortReading, ...]]:
         dt = 0.0 if self._last_t is None else max(0.0, now - self._last_t)
@@ -98,7 +105,7 @@ class SimNodeSource:
             fb_used = np.full(n, (0.72 + 0.2 * _unit_hash(job.job_id, 0) ** 2) * FB_TOTAL_BYTES)
             reasons = 0
         power = np.clip(power, 20.0, POWER_LIMIT_W)
-        steady = AMBIENT_C + THERMAL_C_PER_W * power
+        steady = AMBIENT_C + THERMAL_C_PER_W * power + self._cooling_loss_c
         self._temp = steady + (self._temp - steady) * math.exp(-dt / THERMAL_TAU_S)
         self._energy_j = self._energy_j + power * dt
         readings = []

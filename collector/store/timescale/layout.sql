@@ -4,6 +4,9 @@
 -- both layouts the same way.
 CREATE EXTENSION IF NOT EXISTS timescaledb;
 
+-- The alert rules' views read the tables replaced below; alerts/views.py re-creates them afterwards.
+DROP SCHEMA IF EXISTS alerting CASCADE;
+
 -- Samples: hypertables instead of daily partitions. One-hour chunks: at 10,000 rows/s (100,000 GPUs
 -- every 10 s) a chunk's (gpu_id, ts) index is about 1 GB, which keeps the chunks being written inside
 -- a quarter of the shared_buffers of a server sized for that rate.

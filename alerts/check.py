@@ -1,0 +1,70 @@
+"""`gpuscope alerts check`: a rules file, its SQL included, checked against the real schema.
+
+Each query is planned (LIMIT 0) in a read-only transaction over schema `alerting`, on the given
+database or on a private PostgreSQL started for the check, so a misspelt view or column, a missing
+`value` or a non-numeric one is found before the rule is deployed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from alerts import views
+from alerts.evaluate import NUMERIC_OIDS, query_of
+from alerts.rules import Group
+
+
+def check_sql(dsn: str, groups: list[Group], timeout_s: float = 10.0) -> list[str]:
+    """Problems with the rules' queries, each naming its group and rule; [] when all are fine."""
+    problems = []
+    with psycopg.connect(dsn) as conn:
+        for group in groups:
+            for rule in group.rules:
+                where = f"group {group.name!r} rule {rule.alert}"
+                try:
+                    with conn.transaction():
+                        conn.execute("SET TRANSACTION READ ONLY")
+                        conn.execute(
+                            sql.SQL("SET LOCAL statement_timeout = {}").format(
+                                sql.Literal(f"{int(timeout_s * 1000)}ms")
+                            )
+                        )
+                        conn.execute("SET LOCAL search_path = alerting, pg_catalog")
+                        cur = conn.execute(sql.SQL("{} LIMIT 0").format(query_of(rule)))
+                        columns = [(c.name, c.type_code) for c in cur.description or ()]
+                except psycopg.Error as exc:
+                    first = str(exc).strip().splitlines()
+                    problems.append(f"{where}: {first[0] if first else type(exc).__name__}")
+                    continue
+                names = [name for name, _ in columns]
+                if "value" not in names:
+                    problems.append(f"{where}: the query returns no 'value' column (columns: {', '.join(names)})")
+                elif dict(columns)["value"] not in NUMERIC_OIDS:
+                    problems.append(f"{where}: 'value' must be numeric")
+                if len(set(names)) != len(names):
+                    problems.append(f"{where}: a column name appears twice: {', '.join(names)}")
+    return problems
+
+
+@contextlib.contextmanager
+def scratch_database() -> Iterator[str]:
+    """A private PostgreSQL with gpuscope's schema and the alert views, removed afterwards."""
+    from collector.embedded_pg import EmbeddedPostgres
+    from collector.store.migrate import migrate
+
+    data_dir = Path(tempfile.mkdtemp(prefix="gpuscope-check-"))
+    data_dir.chmod(0o711)  # as root the server runs as 'postgres' and must reach its directory
+    try:
+        with EmbeddedPostgres(data_dir / "pg", settings={"fsync": "off"}) as server:
+            migrate(server.dsn)
+            views.apply(server.dsn)
+            yield server.dsn
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -1,0 +1,158 @@
+"""`gpuscope alerts ...`: check a rules file, send a test notification, manage silences."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(commands: Any) -> None:
+    alerts = commands.add_parser("alerts", help="alert rules, test notifications, silences")
+    sub = alerts.add_subparsers(dest="alerts_command", required=True, metavar="ACTION")
+
+    check = sub.add_parser("check", help="validate a rules file, its SQL included")
+    check.add_argument("rules", type=Path, help="rules file (YAML, Prometheus rule-file shape, SQL in expr)")
+    check.add_argument("--db", help="check against this database (default: a private PostgreSQL started for it)")
+    check.add_argument("--notify-config", type=Path, help="also validate this notification file")
+    check.set_defaults(run=_check)
+
+    notify = sub.add_parser("test-notify", help="send one sample alert and print the HTTP outcome")
+    notify.add_argument("--kind", required=True, choices=_kinds())
+    url = notify.add_mutually_exclusive_group(required=True)
+    url.add_argument("--url", help="webhook URL (visible to other local users: prefer --url-file)")
+    url.add_argument("--url-file", type=Path, help="file holding the webhook URL")
+    notify.add_argument("--resolved", action="store_true", help="send the sample as resolved")
+    notify.set_defaults(run=_test_notify)
+
+    silence = sub.add_parser("silence", help="create, expire or list silences through a collector")
+    silence_sub = silence.add_subparsers(dest="silence_command", required=True, metavar="ACTION")
+    for name, help_text in (("add", "mute matching alerts for a while"), ("expire", "end a silence now"),
+                            ("list", "show active silences")):  # fmt: skip
+        p = silence_sub.add_parser(name, help=help_text)
+        p.add_argument("--collector", default="http://127.0.0.1:9410", help="collector base URL")
+        p.add_argument("--token-file", type=Path, help="admin token (add, expire) or read token (list)")
+        if name == "add":
+            p.add_argument("-m", "--matcher", action="append", required=True, help="e.g. node=gpu-07 (repeatable)")
+            p.add_argument("--duration", default="2h", help="how long, e.g. 30m, 2h (default 2h)")
+            p.add_argument("--comment", default="", help="why")
+            p.add_argument("--created-by", default="cli")
+        if name == "expire":
+            p.add_argument("id", type=int)
+        if name == "list":
+            p.add_argument("--all", action="store_true", help="include expired silences")
+        p.set_defaults(run=_silence)
+
+
+def _kinds() -> list[str]:
+    return ["slack", "teams", "discord", "mattermost", "googlechat", "webhook", "alertmanager"]
+
+
+def _check(args: argparse.Namespace) -> int:
+    from alerts.check import check_sql, scratch_database
+    from alerts.config import ConfigError, load_notify_config
+    from alerts.rules import RulesError, load_rules_file
+
+    try:
+        groups = load_rules_file(args.rules)
+    except RulesError as exc:
+        for problem in exc.problems:
+            print(f"{exc.source}: {problem}", file=sys.stderr)
+        return 1
+    if args.notify_config:
+        try:
+            load_notify_config(args.notify_config)
+        except ConfigError as exc:
+            print(str(exc), file=sys.stderr)
+            return 1
+    if args.db:
+        problems = check_sql(args.db, groups)
+    else:
+        with scratch_database() as dsn:
+            problems = check_sql(dsn, groups)
+    for problem in problems:
+        print(f"{args.rules}: {problem}", file=sys.stderr)
+    rules = sum(len(g.rules) for g in groups)
+    if problems:
+        return 1
+    print(f"{args.rules}: {len(groups)} groups, {rules} rules: OK")
+    return 0
+
+
+def _test_notify(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import httpx
+
+    from alerts.delivery import post
+    from alerts.notify import KINDS
+    from alerts.redact import redact_url
+
+    url = args.url if args.url else args.url_file.read_text(encoding="utf-8").strip()
+    if not url.startswith(("http://", "https://")):
+        raise ValueError("the URL must start with http:// or https://")
+    message = sample_message(resolved=args.resolved)
+
+    async def send() -> Any:
+        async with httpx.AsyncClient() as client:
+            return await post(client, args.kind, url, KINDS[args.kind](message))
+
+    started = time.perf_counter()
+    outcome = asyncio.run(send())
+    took = (time.perf_counter() - started) * 1000
+    print(f"{args.kind} {redact_url(url)}: {outcome.detail} ({outcome.result}) in {took:.0f} ms")
+    if outcome.wait_s is not None:
+        print(f"the service asks to retry after {outcome.wait_s:g} s")
+    return 0 if outcome.result == "sent" else 1
+
+
+def sample_message(resolved: bool = False) -> Any:
+    from alerts.notify.message import Alert, Message
+
+    now = dt.datetime.now(dt.UTC)
+    labels = {"alertname": "GpuOverTemperature", "severity": "warning", "cluster": "demo", "node": "gpu-node-01",
+              "gpu": "3", "uuid": "GPU-00000000-0000-0000-0000-000000000003"}  # fmt: skip
+    alert = Alert(
+        status="resolved" if resolved else "firing",
+        labels=labels,
+        annotations={
+            "summary": "GPU 3 on gpu-node-01 is at 91 °C (gpuscope test notification)",
+            "description": "Sent by `gpuscope alerts test-notify`; nothing is wrong.",
+        },
+        starts_at=(now - dt.timedelta(minutes=3)).isoformat().replace("+00:00", "Z"),
+        ends_at=now.isoformat().replace("+00:00", "Z") if resolved else None,
+        fingerprint="0000000000000000",
+        generator_url="http://127.0.0.1:8050/alerts",
+        value=91.0,
+    )
+    return Message("test", "test:{}", {"alertname": "GpuOverTemperature"}, (alert,), "http://127.0.0.1:8050")
+
+
+def _silence(args: argparse.Namespace) -> int:
+    import httpx
+
+    from alerts.duration import parse_duration
+
+    headers = {}
+    if args.token_file:
+        headers["Authorization"] = f"Bearer {args.token_file.read_text(encoding='utf-8').strip()}"
+    base = args.collector.rstrip("/") + "/api/v1/silences"
+    with httpx.Client(headers=headers, timeout=10) as client:
+        if args.silence_command == "add":
+            seconds = parse_duration(args.duration, "--duration")
+            body = {"matchers": args.matcher, "duration_s": seconds, "comment": args.comment,
+                    "created_by": args.created_by}  # fmt: skip
+            response = client.post(base, json=body)
+        elif args.silence_command == "expire":
+            response = client.delete(f"{base}/{args.id}")
+        else:
+            response = client.get(base, params={"all": "true"} if args.all else None)
+    if response.status_code >= 300:
+        print(f"HTTP {response.status_code}: {response.text.strip()[:500]}", file=sys.stderr)
+        return 1
+    print(json.dumps(response.json(), indent=2))
+    return 0

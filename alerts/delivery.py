@@ -1,0 +1,167 @@
+"""Delivers the outbox: one notification at a time per receiver, oldest first, so a receiver sees
+firing before resolved.
+
+- 2xx: sent.
+- 429: wait as long as Retry-After says (the header, in seconds or as a date, or Discord's
+  `retry_after` in the body), then again.
+- 5xx, timeouts and network errors: exponential backoff with jitter, for up to a day.
+- any other 4xx: failed at once, kept with the reason (retrying a rejected payload cannot help).
+A notification is marked sent right after its 2xx, so only a crash between the two repeats one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import email.utils
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from psycopg import AsyncConnection
+
+from alerts.config import NotifyConfig, Receiver
+from alerts.notify import KINDS, target_url
+from alerts.notify.message import Message
+from alerts.redact import redact_url
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 10.0
+BACKOFF_BASE_S = 1.0
+BACKOFF_MAX_S = 300.0
+RETRY_AFTER_MAX_S = 3600.0
+GIVE_UP_AFTER = dt.timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: str  # sent | retry | failed
+    http_status: int | None
+    detail: str
+    wait_s: float | None = None  # for 429: what the service asked for
+
+
+async def post(client: httpx.AsyncClient, kind: str, url: str, body: Any) -> Outcome:
+    try:
+        response = await client.post(target_url(kind, url), json=body, timeout=TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        return Outcome("retry", None, f"{type(exc).__name__}: {_no_url(str(exc), url)}")
+    return classify(response.status_code, response.headers, response.text)
+
+
+def classify(status: int, headers: httpx.Headers | dict[str, str], text: str) -> Outcome:
+    detail = f"HTTP {status}" + (f": {text.strip()[:200]}" if text.strip() and status >= 300 else "")
+    if 200 <= status < 300:
+        return Outcome("sent", status, f"HTTP {status}")
+    if status == 429:
+        return Outcome("retry", status, detail, retry_after(headers, text))
+    if status >= 500:
+        return Outcome("retry", status, detail)
+    return Outcome("failed", status, detail)
+
+
+def retry_after(headers: httpx.Headers | dict[str, str], text: str) -> float | None:
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    if value:
+        try:
+            return min(max(float(value), 0.0), RETRY_AFTER_MAX_S)
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value) if _is_date(value) else None
+            if when is not None:
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=dt.UTC)
+                return min(max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0), RETRY_AFTER_MAX_S)
+    try:
+        doc = json.loads(text)  # Discord: {"retry_after": 1.5, ...} in seconds
+        if isinstance(doc, dict) and isinstance(doc.get("retry_after"), int | float):
+            return min(max(float(doc["retry_after"]), 0.0), RETRY_AFTER_MAX_S)
+    except ValueError:
+        pass
+    return None
+
+
+def backoff_s(attempts: int, rng: random.Random) -> float:
+    """Exponential, with 'equal jitter': half the delay fixed, half random."""
+    delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(attempts - 1, 0))
+    return delay / 2 + rng.uniform(0, delay / 2)
+
+
+class Delivery:
+    def __init__(self, config: NotifyConfig, client: httpx.AsyncClient, rng: random.Random | None = None) -> None:
+        self._config = config
+        self._client = client
+        self._rng = rng or random.Random()
+        self._next_allowed: dict[str, float] = {}  # receiver -> monotonic time (rate limit)
+
+    async def run_once(self, conn: AsyncConnection[Any]) -> int:
+        """Send every notification due now (the oldest pending one per receiver); returns how many were tried."""
+        cur = await conn.execute(
+            "SELECT * FROM (SELECT DISTINCT ON (receiver) notification_id, receiver, group_key, message, attempts,"
+            " next_attempt_at <= now() AS due, created_at FROM alert_notification WHERE status = 'pending'"
+            " ORDER BY receiver, notification_id) oldest WHERE due"
+        )
+        rows = await cur.fetchall()
+        now = time.monotonic()
+        due = [r for r in rows if self._next_allowed.get(r[1], 0.0) <= now]
+        outcomes = await asyncio.gather(*(self._send(row) for row in due))
+        for row, outcome in zip(due, outcomes, strict=True):
+            await self._record(conn, row, outcome)
+        return len(due)
+
+    async def _send(self, row: tuple[Any, ...]) -> Outcome:
+        receiver: Receiver | None = self._config.receivers.get(row[1])
+        if receiver is None:
+            return Outcome("failed", None, f"receiver {row[1]!r} is no longer configured")
+        self._next_allowed[receiver.name] = time.monotonic() + receiver.min_interval_s
+        message = Message.from_json(receiver.name, row[2], row[3], self._config.external_url)
+        return await post(self._client, receiver.kind, receiver.url, KINDS[receiver.kind](message))
+
+    async def _record(self, conn: AsyncConnection[Any], row: tuple[Any, ...], outcome: Outcome) -> None:
+        notification_id, receiver, attempts, created_at = row[0], row[1], row[4] + 1, row[6]
+        where = self._where(receiver)
+        if outcome.result == "sent":
+            await conn.execute(
+                "UPDATE alert_notification SET status = 'sent', attempts = %s, http_status = %s, sent_at = now(),"
+                " last_error = NULL WHERE notification_id = %s",
+                (attempts, outcome.http_status, notification_id),
+            )
+            log.info("notification %d sent to %s", notification_id, where)
+            return
+        too_old = dt.datetime.now(dt.UTC) - created_at > GIVE_UP_AFTER
+        if outcome.result == "failed" or too_old:
+            reason = outcome.detail if not too_old else f"gave up after {attempts} attempts: {outcome.detail}"
+            await conn.execute(
+                "UPDATE alert_notification SET status = 'failed', attempts = %s, http_status = %s, last_error = %s"
+                " WHERE notification_id = %s",
+                (attempts, outcome.http_status, reason, notification_id),
+            )
+            log.warning("notification %d to %s failed: %s", notification_id, where, reason)
+            return
+        wait = outcome.wait_s if outcome.wait_s is not None else backoff_s(attempts, self._rng)
+        await conn.execute(
+            "UPDATE alert_notification SET attempts = %s, http_status = %s, last_error = %s,"
+            " next_attempt_at = now() + make_interval(secs => %s) WHERE notification_id = %s",
+            (attempts, outcome.http_status, outcome.detail, wait, notification_id),
+        )
+        log.info("notification %d to %s: %s; next try in %.1f s", notification_id, where, outcome.detail, wait)
+
+    def _where(self, name: str) -> str:
+        receiver = self._config.receivers.get(name)
+        return f"{name} ({receiver.kind} {redact_url(receiver.url)})" if receiver else name
+
+
+def _is_date(value: str) -> bool:
+    try:
+        return email.utils.parsedate_to_datetime(value) is not None
+    except (TypeError, ValueError):
+        return False
+
+
+def _no_url(text: str, url: str) -> str:
+    """httpx puts the URL in some error messages: keep the secret out."""
+    return text.replace(url, redact_url(url))

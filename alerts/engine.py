@@ -1,0 +1,192 @@
+"""The alert engine: evaluates each rule group on its interval, keeps alert states, queues
+notifications and delivers them. One engine is active across collector replicas: the one holding
+the advisory lock on its own connection; the others wait to take over when that connection goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from typing import Any
+
+import httpx
+import psycopg
+from psycopg import AsyncConnection
+
+from alerts import state
+from alerts.config import NotifyConfig
+from alerts.delivery import Delivery
+from alerts.dispatch import dispatch
+from alerts.evaluate import RuleResult, evaluate_group
+from alerts.rules import Group
+from alerts.state import Instance
+
+log = logging.getLogger(__name__)
+
+LOCK_KEY = 0x67707573636F7066  # "gpuscopf": the alert evaluator (the straggler watch has its own)
+RESOLVED_IN_MEMORY = dt.timedelta(hours=6)  # long enough to announce them at any sane group_interval
+HISTORY = dt.timedelta(days=30)  # resolved alerts and finished notifications kept this long
+
+
+class AlertEngine:
+    def __init__(
+        self, groups: list[Group], config: NotifyConfig | None, query_timeout_s: float = 10.0, tick_s: float = 0.5
+    ) -> None:
+        self.groups = groups
+        self.config = config
+        self.query_timeout_s = query_timeout_s
+        self.tick_s = tick_s
+        self.instances: dict[str, Instance] = {}
+        self._stored: dict[str, Instance] = {}  # as last written, to skip writes that change nothing
+        self._errors: dict[tuple[str, str], str | None] = {}
+
+    async def load(self, conn: AsyncConnection[Any]) -> None:
+        """Pick up where the last engine stopped: alerts pending or firing, and resolved ones a group
+        has yet to announce. Alerts of rules no longer configured are resolved first."""
+        known = {(g.name, r.alert) for g in self.groups for r in g.rules}
+        async with conn.transaction():
+            gone = await state.resolve_unknown_rules(conn, known, _now())
+        if gone:
+            log.info("resolved the alerts of %d rules no longer configured", gone)
+        cur = await conn.execute(
+            "SELECT fingerprint, alertname, rule_group, labels, annotations, value, state, active_at, fired_at,"
+            " last_true_at, resolved_at, evaluated_at FROM alert_instance"
+            " WHERE state <> 'resolved' OR fingerprint IN (SELECT unnest(firing_sent) FROM alert_group)"
+        )
+        self.instances = {row[0]: Instance(*row) for row in await cur.fetchall()}
+        self._stored = dict(self.instances)
+
+    async def evaluate(
+        self, conn: AsyncConnection[Any], group: Group, now: dt.datetime | None = None
+    ) -> list[RuleResult]:
+        now = now or _now()
+        results = await evaluate_group(conn, group, self.query_timeout_s)
+        changed_all, dropped_all = [], []
+        for result in results:
+            mine = {
+                fp: i
+                for fp, i in self.instances.items()
+                if i.rule_group == group.name and i.alertname == result.rule.alert
+            }
+            changed, dropped = state.transition(group.name, result, mine, now)
+            changed_all += changed
+            dropped_all += dropped
+            self._report(group.name, result)
+        to_write = [i for i in changed_all if state.worth_writing(i, self._stored.get(i.fingerprint))]
+        async with conn.transaction():
+            await state.save(conn, to_write, dropped_all)
+            await conn.execute(
+                "INSERT INTO alert_rule_status (rule_group, alertname, evaluated_at, seconds, instances, error)"
+                " SELECT %s, * FROM unnest(%s::text[], %s::timestamptz[], %s::float8[], %s::int[], %s::text[])"
+                " ON CONFLICT (rule_group, alertname) DO UPDATE SET evaluated_at = EXCLUDED.evaluated_at,"
+                " seconds = EXCLUDED.seconds, instances = EXCLUDED.instances, error = EXCLUDED.error",
+                (
+                    group.name,
+                    [r.rule.alert for r in results],
+                    [now] * len(results),
+                    [r.seconds for r in results],
+                    [len(r.samples) for r in results],
+                    [r.error for r in results],
+                ),
+            )
+        for inst in changed_all:
+            self.instances[inst.fingerprint] = inst
+        for inst in to_write:
+            self._stored[inst.fingerprint] = inst
+        for fp in dropped_all:
+            self.instances.pop(fp, None)
+            self._stored.pop(fp, None)
+        return results
+
+    async def notify(self, conn: AsyncConnection[Any], now: dt.datetime | None = None) -> int:
+        """Queue the notifications due (nothing without a notification config)."""
+        if self.config is None:
+            return 0
+        now = now or _now()
+        queued = await dispatch(conn, self.instances, self.config, now)
+        for fp, inst in list(self.instances.items()):
+            if inst.state == "resolved" and inst.resolved_at and now - inst.resolved_at > RESOLVED_IN_MEMORY:
+                del self.instances[fp]
+                self._stored.pop(fp, None)
+        return queued
+
+    async def cycle(self, conn: AsyncConnection[Any], now: dt.datetime | None = None) -> list[RuleResult]:
+        """Evaluate every group once and queue what is due (tests and the benchmark drive this)."""
+        results = []
+        for group in self.groups:
+            results += await self.evaluate(conn, group, now)
+        await self.notify(conn, now)
+        return results
+
+    async def run(self, dsn: str) -> None:
+        """Forever: take the lock when free, then lead until the connection fails or the task is cancelled."""
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,))
+                    row = await cur.fetchone()
+                    if row and row[0]:
+                        log.info("this collector evaluates the alert rules (%d groups)", len(self.groups))
+                        await self._lead(conn, dsn)
+            except psycopg.Error as exc:
+                log.warning("alert engine interrupted (will retry): %s", exc)
+            except Exception:  # a bug must not end alerting for good: log it and start over
+                log.exception("alert engine failed (will retry)")
+            await asyncio.sleep(max(self.tick_s * 4, 1.0))
+
+    async def _lead(self, conn: AsyncConnection[Any], dsn: str) -> None:
+        await self.load(conn)
+        deliverer = asyncio.create_task(self._deliver(dsn), name="alert-delivery")
+        next_due = {g.name: time.monotonic() for g in self.groups}
+        last_cleanup = 0.0
+        try:
+            while True:
+                if deliverer.done():
+                    deliverer.result()  # re-raise what ended it
+                for group in self.groups:
+                    if time.monotonic() >= next_due[group.name]:
+                        next_due[group.name] += group.interval_s
+                        if next_due[group.name] < time.monotonic():  # fell behind: do not run twice in a row
+                            next_due[group.name] = time.monotonic() + group.interval_s
+                        await self.evaluate(conn, group)
+                await self.notify(conn)
+                if time.monotonic() - last_cleanup > 3600:
+                    await self._cleanup(conn)
+                    last_cleanup = time.monotonic()
+                await asyncio.sleep(self.tick_s)
+        finally:
+            deliverer.cancel()
+            await asyncio.gather(deliverer, return_exceptions=True)
+
+    async def _deliver(self, dsn: str) -> None:
+        if self.config is None:
+            return
+        async with (
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
+            httpx.AsyncClient(follow_redirects=False) as client,
+        ):
+            delivery = Delivery(self.config, client)
+            while True:
+                await delivery.run_once(conn)
+                await asyncio.sleep(min(self.tick_s, 0.25))
+
+    async def _cleanup(self, conn: AsyncConnection[Any]) -> None:
+        cutoff = _now() - HISTORY
+        await conn.execute("DELETE FROM alert_instance WHERE state = 'resolved' AND resolved_at < %s", (cutoff,))
+        await conn.execute("DELETE FROM alert_notification WHERE status <> 'pending' AND created_at < %s", (cutoff,))
+        await conn.execute("DELETE FROM alert_silence WHERE ends_at < %s", (cutoff,))
+
+    def _report(self, group: str, result: RuleResult) -> None:
+        key = (group, result.rule.alert)
+        if result.error != self._errors.get(key):
+            if result.error:
+                log.warning("alert rule %s/%s failed: %s", group, result.rule.alert, result.error)
+            elif key in self._errors:
+                log.info("alert rule %s/%s works again", group, result.rule.alert)
+        self._errors[key] = result.error
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

@@ -1,0 +1,36 @@
+"""Forwarding to an existing Alertmanager: POST /api/v2/alerts with the alerts as a list.
+
+Alertmanager resolves an alert by itself once its endsAt passes, so firing alerts are sent with an
+endsAt a few minutes ahead and must be re-sent before then: give such a receiver a short
+repeat_interval (the default for this kind is 1m; see docs/alerts.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from alerts.notify.message import Message
+
+PATH = "/api/v2/alerts"
+FIRING_HOLD = dt.timedelta(minutes=5)
+
+
+def build(message: Message) -> list[dict[str, Any]]:
+    hold = (dt.datetime.now(dt.UTC) + FIRING_HOLD).isoformat().replace("+00:00", "Z")
+    return [
+        {
+            "labels": a.labels,
+            "annotations": a.annotations,
+            "startsAt": a.starts_at,
+            "endsAt": a.ends_at if a.status == "resolved" and a.ends_at else hold,
+            "generatorURL": a.generator_url,
+        }
+        for a in message.alerts
+    ]
+
+
+def target(url: str) -> str:
+    """The receiver URL may be Alertmanager's base URL or the full API path."""
+    url = url.rstrip("/")
+    return url if url.endswith(PATH) else url + PATH

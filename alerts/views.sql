@@ -1,0 +1,145 @@
+-- The alert rules' interface: read-only views in schema "alerting", documented in docs/alerts.md.
+-- Rules see these (search_path = alerting, pg_catalog) and nothing else unqualified; they are kept
+-- stable: columns are added, never renamed or removed, without a new documented version.
+-- Re-created at collector start when this file changes (alerts/views.py).
+CREATE SCHEMA alerting;
+
+-- The newest sample of every GPU reported in the last 5 minutes (a GPU silent for longer has no row:
+-- the exporter-down alert covers it). One index probe per GPU.
+CREATE VIEW alerting.gpu_latest AS
+SELECT n.cluster, n.rack, n.name AS node, g.gpu_index AS gpu, g.uuid, g.model,
+       g.gpu_id, g.node_id, s.ts, extract(epoch FROM now() - s.ts)::float8 AS age_s, s.up,
+       s.util_pct, s.mem_copy_util_pct, s.sm_active_pct, s.tensor_active_pct,
+       s.fb_used_bytes, s.fb_total_bytes, s.temp_c, s.mem_temp_c, s.power_w, s.power_limit_w,
+       s.sm_clock_mhz, s.mem_clock_mhz, s.clock_event_reasons,
+       s.ecc_corrected, s.ecc_uncorrected, s.remapped_rows_correctable, s.remapped_rows_uncorrectable,
+       s.remap_pending, s.remap_failure, s.pcie_replay,
+       s.nvlink_crc_errors, s.nvlink_replay_errors, s.nvlink_recovery_errors
+FROM public.gpu g
+JOIN public.node n USING (node_id)
+CROSS JOIN LATERAL (
+    SELECT * FROM public.gpu_sample x
+    WHERE x.gpu_id = g.gpu_id AND x.ts > now() - interval '5 minutes'
+    ORDER BY x.ts DESC LIMIT 1
+) s;
+
+-- How much each GPU's counters grew over the last `span` (first and last sample in it; a counter that
+-- went down was reset, and its growth is its new value).
+CREATE FUNCTION alerting.gpu_increase(span interval)
+RETURNS TABLE (cluster text, rack text, node text, gpu smallint, uuid text, gpu_id integer, node_id integer,
+               ecc_corrected float8, ecc_uncorrected float8, remapped_rows_uncorrectable float8,
+               pcie_replay float8, nvlink_crc_errors float8, nvlink_replay_errors float8,
+               nvlink_recovery_errors float8, throttle_power_s float8, throttle_thermal_s float8)
+LANGUAGE sql STABLE AS $$
+SELECT n.cluster, n.rack, n.name, g.gpu_index, g.uuid, g.gpu_id, g.node_id,
+       CASE WHEN l.ecc_corrected < f.ecc_corrected THEN l.ecc_corrected ELSE l.ecc_corrected - f.ecc_corrected END,
+       CASE WHEN l.ecc_uncorrected < f.ecc_uncorrected THEN l.ecc_uncorrected ELSE l.ecc_uncorrected - f.ecc_uncorrected END,
+       CASE WHEN l.remapped_rows_uncorrectable < f.remapped_rows_uncorrectable THEN l.remapped_rows_uncorrectable
+            ELSE l.remapped_rows_uncorrectable - f.remapped_rows_uncorrectable END,
+       CASE WHEN l.pcie_replay < f.pcie_replay THEN l.pcie_replay ELSE l.pcie_replay - f.pcie_replay END,
+       CASE WHEN l.nvlink_crc_errors < f.nvlink_crc_errors THEN l.nvlink_crc_errors
+            ELSE l.nvlink_crc_errors - f.nvlink_crc_errors END,
+       CASE WHEN l.nvlink_replay_errors < f.nvlink_replay_errors THEN l.nvlink_replay_errors
+            ELSE l.nvlink_replay_errors - f.nvlink_replay_errors END,
+       CASE WHEN l.nvlink_recovery_errors < f.nvlink_recovery_errors THEN l.nvlink_recovery_errors
+            ELSE l.nvlink_recovery_errors - f.nvlink_recovery_errors END,
+       CASE WHEN l.throttle_power_s < f.throttle_power_s THEN l.throttle_power_s
+            ELSE l.throttle_power_s - f.throttle_power_s END,
+       CASE WHEN l.throttle_thermal_s < f.throttle_thermal_s THEN l.throttle_thermal_s
+            ELSE l.throttle_thermal_s - f.throttle_thermal_s END
+FROM public.gpu g
+JOIN public.node n USING (node_id)
+CROSS JOIN LATERAL (
+    SELECT * FROM public.gpu_sample x WHERE x.gpu_id = g.gpu_id AND x.ts > now() - span ORDER BY x.ts LIMIT 1
+) f
+CROSS JOIN LATERAL (
+    SELECT * FROM public.gpu_sample x WHERE x.gpu_id = g.gpu_id AND x.ts > now() - span ORDER BY x.ts DESC LIMIT 1
+) l
+$$;
+
+-- One-minute rollups per GPU, as means (rolled up once a minute is settled: about a minute behind).
+CREATE VIEW alerting.gpu_1m AS
+SELECT n.cluster, n.rack, n.name AS node, g.gpu_index AS gpu, g.uuid, g.gpu_id, g.node_id, r.bucket,
+       r.samples, r.up_samples,
+       r.util_sum / nullif(r.util_n, 0) AS util_pct,
+       r.sm_active_sum / nullif(r.sm_active_n, 0) AS sm_active_pct,
+       r.tensor_sum / nullif(r.tensor_n, 0) AS tensor_active_pct,
+       r.power_sum / nullif(r.power_n, 0) AS power_w,
+       r.temp_sum / nullif(r.temp_n, 0) AS temp_c,
+       r.temp_max::float8 AS temp_max_c,
+       r.sm_clock_sum / nullif(r.sm_clock_n, 0) AS sm_clock_mhz,
+       r.sm_clock_min::float8 AS sm_clock_min_mhz
+FROM public.gpu_rollup_1m r
+JOIN public.gpu g USING (gpu_id)
+JOIN public.node n ON n.node_id = g.node_id;
+
+-- The newest sample of every InfiniBand port reported in the last 5 minutes. state: 4 = ACTIVE;
+-- phys_state: 5 = LinkUp (kernel ABI sysfs-class-infiniband).
+CREATE VIEW alerting.nic_latest AS
+SELECT n.cluster, n.rack, n.name AS node, p.device, p.port, p.port_id, p.node_id,
+       s.ts, extract(epoch FROM now() - s.ts)::float8 AS age_s,
+       s.state, s.phys_state, s.rate_gbps, s.xmit_bytes, s.rcv_bytes, s.xmit_wait,
+       s.symbol_errors, s.link_downed, s.rcv_errors, s.link_error_recovery, s.xmit_discards
+FROM public.ib_port p
+JOIN public.node n USING (node_id)
+CROSS JOIN LATERAL (
+    SELECT * FROM public.ib_port_sample x
+    WHERE x.port_id = p.port_id AND x.ts > now() - interval '5 minutes'
+    ORDER BY x.ts DESC LIMIT 1
+) s;
+
+CREATE FUNCTION alerting.nic_increase(span interval)
+RETURNS TABLE (cluster text, rack text, node text, device text, port smallint, port_id integer,
+               node_id integer, symbol_errors float8, link_downed float8, rcv_errors float8,
+               link_error_recovery float8, xmit_discards float8, xmit_wait float8)
+LANGUAGE sql STABLE AS $$
+SELECT n.cluster, n.rack, n.name, p.device, p.port, p.port_id, p.node_id,
+       CASE WHEN l.symbol_errors < f.symbol_errors THEN l.symbol_errors ELSE l.symbol_errors - f.symbol_errors END,
+       CASE WHEN l.link_downed < f.link_downed THEN l.link_downed ELSE l.link_downed - f.link_downed END,
+       CASE WHEN l.rcv_errors < f.rcv_errors THEN l.rcv_errors ELSE l.rcv_errors - f.rcv_errors END,
+       CASE WHEN l.link_error_recovery < f.link_error_recovery THEN l.link_error_recovery
+            ELSE l.link_error_recovery - f.link_error_recovery END,
+       CASE WHEN l.xmit_discards < f.xmit_discards THEN l.xmit_discards ELSE l.xmit_discards - f.xmit_discards END,
+       CASE WHEN l.xmit_wait < f.xmit_wait THEN l.xmit_wait ELSE l.xmit_wait - f.xmit_wait END
+FROM public.ib_port p
+JOIN public.node n USING (node_id)
+CROSS JOIN LATERAL (
+    SELECT * FROM public.ib_port_sample x WHERE x.port_id = p.port_id AND x.ts > now() - span ORDER BY x.ts LIMIT 1
+) f
+CROSS JOIN LATERAL (
+    SELECT * FROM public.ib_port_sample x WHERE x.port_id = p.port_id AND x.ts > now() - span
+    ORDER BY x.ts DESC LIMIT 1
+) l
+$$;
+
+-- Discrete events the exporters report: kind 'xid' (code = XID), 'gpu_lost', 'gpu_recovered'.
+CREATE VIEW alerting.events AS
+SELECT e.ts, n.cluster, n.rack, n.name AS node, g.gpu_index AS gpu, g.uuid, e.gpu_id, e.node_id,
+       e.kind, e.code, e.count, e.message
+FROM public.event e
+JOIN public.node n USING (node_id)
+LEFT JOIN public.gpu g ON g.gpu_id = e.gpu_id;
+
+-- GPU-to-job allocations; running = not ended.
+CREATE VIEW alerting.job_gpus AS
+SELECT a.job_id, a.username AS "user", n.cluster, n.rack, n.name AS node, g.gpu_index AS gpu, g.uuid,
+       a.gpu_id, a.node_id, a.started_at, a.last_seen, a.ended_at, a.ended_at IS NULL AS running
+FROM public.job_allocation a
+JOIN public.node n USING (node_id)
+JOIN public.gpu g ON g.gpu_id = a.gpu_id;
+
+-- Stragglers found by the detector; gpu is NULL when the culprit is a node or its NIC.
+CREATE VIEW alerting.stragglers AS
+SELECT s.straggler_id, s.job_id, n.cluster, n.rack, n.name AS node, g.gpu_index AS gpu, g.uuid,
+       s.cause, s.slowdown::float8 AS slowdown, s.evidence, s.started_at, s.declared_at, s.ended_at,
+       s.ended_at IS NULL AS active
+FROM public.straggler s
+JOIN public.node n USING (node_id)
+LEFT JOIN public.gpu g ON g.gpu_id = s.gpu_id;
+
+-- When each node's exporter last pushed, and its usual push interval (smoothed).
+CREATE VIEW alerting.exporters AS
+SELECT n.cluster, n.rack, n.name AS node, n.node_id, s.last_seen,
+       extract(epoch FROM now() - s.last_seen)::float8 AS age_s, s.push_interval_s
+FROM public.node_seen s
+JOIN public.node n USING (node_id);

@@ -1,0 +1,107 @@
+"""The alerting API: alerts, rule health, notification outcomes (read), and silences (create and
+expire with the admin token)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel, Field, model_validator
+
+from alerts import read, silences
+from alerts.matchers import matcher_from
+from collector.api.deps import require_read_token
+
+router = APIRouter(prefix="/api/v1", tags=["alerts"])
+
+
+async def _pool(request: Request) -> AsyncConnectionPool:
+    return request.app.state.ingest_pool
+
+
+PoolDep = Annotated[AsyncConnectionPool, Depends(_pool)]
+
+
+async def require_admin_token(request: Request) -> str:
+    auth = request.app.state.admin_auth
+    if auth is None:
+        raise HTTPException(403, "silences are read-only here: start the collector with --admin-token-file")
+    if not auth.verify(request.headers.get("authorization")):
+        raise HTTPException(401, "missing or invalid admin bearer token", headers={"WWW-Authenticate": "Bearer"})
+    return "admin"
+
+
+class SilenceIn(BaseModel):
+    matchers: list[str | dict[str, str]] = Field(min_length=1, description="e.g. ['node=gpu-07', 'severity=~warn.*']")
+    duration_s: float | None = Field(default=None, gt=0, le=366 * 86400)
+    ends_at: dt.datetime | None = None
+    comment: str = Field(default="", max_length=1000)
+    created_by: str = Field(default="api", min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _one_end(self) -> SilenceIn:
+        if (self.duration_s is None) == (self.ends_at is None):
+            raise ValueError("give exactly one of duration_s and ends_at")
+        if self.ends_at is not None and self.ends_at.tzinfo is None:
+            raise ValueError("ends_at needs a time zone, e.g. 2026-11-22T18:00:00Z")
+        return self
+
+
+@router.get("/alerts", dependencies=[Depends(require_read_token)])
+async def get_alerts(
+    pool: PoolDep,
+    state: Literal["active", "firing", "pending", "resolved", "all"] = "active",
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+) -> list[dict[str, Any]]:
+    async with pool.connection() as conn:
+        return await read.list_alerts(conn, state, limit)
+
+
+@router.get("/alerts/rules", dependencies=[Depends(require_read_token)])
+async def get_rules(pool: PoolDep) -> list[dict[str, Any]]:
+    async with pool.connection() as conn:
+        return await read.rule_status(conn)
+
+
+@router.get("/alerts/notifications", dependencies=[Depends(require_read_token)])
+async def get_notifications(
+    pool: PoolDep,
+    status: Literal["pending", "sent", "failed"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+) -> list[dict[str, Any]]:
+    async with pool.connection() as conn:
+        return await read.notifications(conn, status, limit)
+
+
+@router.get("/silences", dependencies=[Depends(require_read_token)])
+async def get_silences(pool: PoolDep, all: bool = False) -> list[dict[str, Any]]:
+    now = dt.datetime.now(dt.UTC)
+    async with pool.connection() as conn:
+        return [s.to_json(now) for s in await silences.list_silences(conn, include_expired=all)]
+
+
+@router.post("/silences", status_code=201, dependencies=[Depends(require_admin_token)])
+async def post_silence(pool: PoolDep, body: SilenceIn) -> dict[str, Any]:
+    try:
+        matchers = [matcher_from(m) for m in body.matchers]
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
+    now = dt.datetime.now(dt.UTC)
+    ends_at = body.ends_at or now + dt.timedelta(seconds=body.duration_s or 0)
+    async with pool.connection() as conn:
+        try:
+            silence = await silences.create(conn, matchers, ends_at, body.created_by, body.comment)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
+    return silence.to_json(now)
+
+
+@router.delete("/silences/{silence_id}", dependencies=[Depends(require_admin_token)])
+async def delete_silence(pool: PoolDep, silence_id: int) -> dict[str, Any]:
+    async with pool.connection() as conn:
+        silence = await silences.expire(conn, silence_id)
+    if silence is None:
+        raise HTTPException(404, f"no silence {silence_id}")
+    return silence.to_json(dt.datetime.now(dt.UTC))

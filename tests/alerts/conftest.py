@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+import pytest
+
+from alerts import views
+
+
+@pytest.fixture
+def adsn(dsn: str) -> str:
+    """A fresh database with the schema and the alert rules' views."""
+    views.apply(dsn)
+    return dsn
