@@ -139,18 +139,23 @@ class AlertEngine:
     async def _lead(self, conn: AsyncConnection[Any], dsn: str) -> None:
         await self.load(conn)
         deliverer = asyncio.create_task(self._deliver(dsn), name="alert-delivery")
-        next_due = {g.name: time.monotonic() for g in self.groups}
+        # Each evaluation is stamped with its scheduled time, as in Prometheus: `for: 3m` at a 1m
+        # interval then fires on exactly the third evaluation, whatever the jitter of the loop.
+        next_due = {g.name: _now() for g in self.groups}
         last_cleanup = 0.0
         try:
             while True:
                 if deliverer.done():
                     deliverer.result()  # re-raise what ended it
                 for group in self.groups:
-                    if time.monotonic() >= next_due[group.name]:
-                        next_due[group.name] += group.interval_s
-                        if next_due[group.name] < time.monotonic():  # fell behind: do not run twice in a row
-                            next_due[group.name] = time.monotonic() + group.interval_s
-                        await self.evaluate(conn, group)
+                    scheduled = next_due[group.name]
+                    now = _now()
+                    if now >= scheduled:
+                        interval = dt.timedelta(seconds=group.interval_s)
+                        next_due[group.name] = scheduled + interval
+                        if next_due[group.name] <= now:  # fell behind: skip the missed runs
+                            scheduled, next_due[group.name] = now, now + interval
+                        await self.evaluate(conn, group, scheduled)
                 await self.notify(conn)
                 if time.monotonic() - last_cleanup > 3600:
                     await self._cleanup(conn)

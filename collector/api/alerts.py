@@ -95,7 +95,7 @@ async def post_silence(pool: PoolDep, body: SilenceIn) -> dict[str, Any]:
             silence = await silences.create(conn, matchers, ends_at, body.created_by, body.comment)
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
-    return silence.to_json(now)
+    return silence.to_json(dt.datetime.now(dt.UTC))
 
 
 @router.delete("/silences/{silence_id}", dependencies=[Depends(require_admin_token)])
