@@ -71,6 +71,8 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[Family]:
             xids.add(labels[:-1] + f',xid="{xid}"}}', count)
     yield up
     yield info
+    if snapshot.jobs is not None:
+        yield _job_family(snapshot)
     for spec in metrics_for("gpu"):
         family = _family(spec)
         for reading, labels in zip(snapshot.gpus, gpu_labels, strict=True):
@@ -91,6 +93,17 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[Family]:
                     family.add(labels_of[link], value * spec.prom_scale)
         yield family
     yield xids
+
+
+def _job_family(snapshot: Snapshot) -> Family:
+    """Which job holds each GPU (GPUs without a job have no sample), for joins in PromQL."""
+    jobs = Family("gpuscope_gpu_job_info", "gauge", "1 for the job that holds the GPU (job_id, user)")
+    for reading in snapshot.gpus:
+        job = (snapshot.jobs or {}).get(reading.gpu.index)
+        if job is not None:
+            names = ["gpu", "uuid", "job_id", "user"]
+            jobs.add(label_block(names, [str(reading.gpu.index), reading.gpu.uuid, job.job_id, job.user or ""]), 1)
+    return jobs
 
 
 def _port_families(snapshot: Snapshot) -> Iterator[Family]:

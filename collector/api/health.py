@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from psycopg_pool import ConnectionPool
 
+from collector import query
 from collector.api.deps import IngestStateDep, ReadPoolDep
 
 router = APIRouter(tags=["health"])
@@ -22,5 +30,36 @@ def healthz(pool: ReadPoolDep) -> JSONResponse:
 
 
 @router.get("/metrics", summary="Collector metrics in the Prometheus text format")
-def metrics(state: IngestStateDep) -> Response:
-    return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+def metrics(state: IngestStateDep, pool: ReadPoolDep) -> Response:
+    return Response(generate_latest(state.registry) + _straggler_metrics(pool), media_type=CONTENT_TYPE_LATEST)
+
+
+def _straggler_metrics(pool: ConnectionPool[Any]) -> bytes:
+    """Active stragglers as a gauge, so sites alerting with Prometheus see them too (the JobStraggler
+    rule in deploy/prometheus). Left out, not failed, when the database is away: /metrics still serves
+    the collector's own figures."""
+    family = GaugeMetricFamily(
+        "gpuscope_straggler_slowdown_ratio",
+        "Estimated slowdown of a running job caused by this node or GPU (active stragglers only)",
+        labels=["job_id", "cluster", "node", "gpu", "cause"],
+    )
+    try:
+        with pool.connection(timeout=2.0) as conn:
+            now = datetime.now(UTC)
+            rows = query.stragglers(conn, query.TimeRange(now - timedelta(days=30), now), active_only=True)
+    except Exception:  # any database trouble: serve the rest
+        return b""
+    for row in rows:
+        gpu = "" if row.gpu is None else str(row.gpu)
+        family.add_metric([row.job_id, row.cluster, row.node, gpu, row.cause], row.slowdown)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed(family))
+    return generate_latest(registry)
+
+
+class _Fixed(Collector):
+    def __init__(self, family: GaugeMetricFamily) -> None:
+        self._family = family
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family

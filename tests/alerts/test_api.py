@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Iterator
 
 import httpx
+import psycopg
 import pytest
 
 from collector.auth import TokenAuth
@@ -80,3 +81,23 @@ def test_the_read_side_answers_and_is_documented(api: str) -> None:
     paths = httpx.get(f"{api}/openapi.json").json()["paths"]
     assert {"/api/v1/alerts", "/api/v1/alerts/rules", "/api/v1/alerts/notifications", "/api/v1/silences",
             "/api/v1/silences/{silence_id}"} <= set(paths)  # fmt: skip
+
+
+def test_active_stragglers_are_a_gauge_on_the_collectors_metrics(collector: object) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.alerts.telemetry import add_node
+
+    url, dsn = collector.url, collector.dsn  # type: ignore[attr-defined]
+    gpus = add_node(dsn, "n1", gpus=2)
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO straggler (job_id, node_id, gpu_id, cause, slowdown, started_at, declared_at, ended_at)"
+            " SELECT '42', node_id, gpu_id, 'thermal', 0.25, now(), now(), NULL FROM gpu WHERE gpu_id = %s"
+            " UNION ALL SELECT '43', node_id, NULL, 'slow_nic', 0.1, now(), now(), now() FROM gpu WHERE gpu_id = %s",
+            (gpus[1], gpus[0]),
+        )
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
+    (sample,) = families["gpuscope_straggler_slowdown_ratio"].samples
+    assert sample.labels == {"job_id": "42", "cluster": "test", "node": "n1", "gpu": "1", "cause": "thermal"}
+    assert sample.value == 0.25, "only active stragglers; the ended one is not there"

@@ -106,3 +106,22 @@ def test_healthz_reports_snapshot_age(exporter: NodeExporter) -> None:
     status, content_type, body = fetch(exporter, "/healthz")
     assert status == 200 and '"status": "ok"' in body and content_type == "application/json"
     assert fetch(exporter, "/nope")[0] == 404
+
+
+def test_jobs_are_exposed_as_info_for_promql_joins() -> None:
+    from exporter.snapshot import JobInfo
+
+    topology = build_topology(1, 4, 1)
+    gpus, ports = SimNodeSource(topology[0], JobSchedule(topology, 3), 3).read(T0)
+
+    def render(snapshot: Snapshot) -> bytes:
+        return Exposition(ExporterIdentity("c", "r", "n", "sim", "t"), lambda: snapshot).render(None)[0]
+
+    with_jobs = Snapshot(ts=T0, gpus=gpus, ports=ports, jobs={1: JobInfo("4242", "ada"), 3: JobInfo("77")})
+    families = {f.name: f for f in text_string_to_metric_families(render(with_jobs).decode())}
+    samples = {
+        (s.labels["gpu"], s.labels["job_id"], s.labels["user"]): s.value
+        for s in families["gpuscope_gpu_job_info"].samples
+    }
+    assert samples == {("1", "4242", "ada"): 1.0, ("3", "77", ""): 1.0}
+    assert b"gpuscope_gpu_job_info" not in render(Snapshot(ts=T0, gpus=gpus, ports=ports)), "no attribution: no family"
