@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from alerts.engine import AlertEngine
+from alerts.rules import default_rules_text, parse_rules
 from collector.auth import TokenAuth
 from collector.embedded_pg import EmbeddedPostgres
 from collector.main import create_app as create_collector_app
@@ -52,7 +54,10 @@ def run_demo(options: DemoOptions) -> None:
         stack.callback(pg.stop)
 
         token = secrets.token_urlsafe(32)
-        collector = BackgroundServer(create_collector_app(pg.dsn, TokenAuth([token])), HOST, options.collector_port)
+        engine = AlertEngine(parse_rules(default_rules_text()), None)  # alerts kept and shown, sent nowhere
+        collector = BackgroundServer(
+            create_collector_app(pg.dsn, TokenAuth([token]), alert_engine=engine), HOST, options.collector_port
+        )
         collector.start()
         stack.callback(collector.stop)
         push_url = f"http://{HOST}:{collector.port}"
@@ -62,6 +67,7 @@ def run_demo(options: DemoOptions) -> None:
         _backfill(exporters, minutes=options.backfill_minutes)
         for exporter in exporters:
             exporter.start()
+        staged = _stage_a_fault(exporters)
 
         pool = open_read_pool(pg.dsn, max_size=4)
         stack.callback(pool.close)
@@ -75,12 +81,23 @@ def run_demo(options: DemoOptions) -> None:
             f"  dashboard  http://{HOST}:{dashboard.port}\n"
             f"  collector  {push_url}/docs\n"
             f"  data       {data_dir}{'' if options.data_dir else ' (temporary)'}\n"
+            f"  alerts     {push_url}/api/v1/alerts  (staged fault: {staged})\n"
             "Press Ctrl-C to stop.",
             flush=True,
         )
         stop.wait()
         print("gpuscope demo: stopping...", flush=True)
     print("gpuscope demo: stopped.", flush=True)
+
+
+def _stage_a_fault(exporters: list[NodeExporter]) -> str:
+    """A fan fails on one GPU, so the demo shows an alert going pending and then firing."""
+    exporter = exporters[min(3, len(exporters) - 1)]
+    source = exporter.source
+    assert isinstance(source, SimNodeSource)
+    gpu = min(5, len(source.gpus) - 1)
+    source.fail_cooling(gpu, 55.0)
+    return f"GPU {gpu} on {exporter.config.node} runs hot; GpuOverTemperature fires after 2 minutes"
 
 
 def _simulated_exporters(options: DemoOptions, push_url: str, token: str) -> list[NodeExporter]:

@@ -66,6 +66,12 @@ def test_demo_serves_live_cluster_and_stops_cleanly_on_sigint() -> None:
         assert len(heatmap["y"]) == 128
         assert len(response["rack-power"]["figure"]["data"]) == 4
         assert postmaster_pids(data_dir), "the embedded PostgreSQL should be running"
+        alerts = re.search(r"alerts\s+(http://127\.0\.0\.1:\d+)/api/v1/alerts", output).group(1)  # type: ignore[union-attr]
+        deadline = time.monotonic() + 20
+        while len(rules := httpx.get(f"{alerts}/api/v1/alerts/rules", timeout=10).json()) < 13:
+            assert time.monotonic() < deadline, rules
+            time.sleep(0.5)
+        assert [r["alertname"] for r in rules if r["error"]] == [], "the default rules run on the demo's data"
     finally:
         demo.send_signal(signal.SIGINT)
         rest, _ = demo.communicate(timeout=60)
