@@ -3,8 +3,10 @@ clear errors for bad input, and the read side (alerts, rule health, notification
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -101,3 +103,24 @@ def test_active_stragglers_are_a_gauge_on_the_collectors_metrics(collector: obje
     (sample,) = families["gpuscope_straggler_slowdown_ratio"].samples
     assert sample.labels == {"job_id": "42", "cluster": "test", "node": "n1", "gpu": "1", "cause": "thermal"}
     assert sample.value == 0.25, "only active stragglers; the ended one is not there"
+
+
+def test_the_cli_creates_lists_and_expires_silences(
+    api: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuscope.cli import main
+
+    token = tmp_path / "admin-token"
+    token.write_text(ADMIN + "\n")
+    auth = ["--collector", api, "--token-file", str(token)]
+    assert main(["alerts", "silence", "add", *auth, "-m", "node=gpu-07", "--duration", "30m", "--comment", "fan"]) == 0
+    created = json.loads(capsys.readouterr().out)
+    assert created["state"] == "active" and created["created_by"] == "cli"
+    assert main(["alerts", "silence", "list", "--collector", api]) == 0
+    assert [s["id"] for s in json.loads(capsys.readouterr().out)] == [created["id"]]
+    assert main(["alerts", "silence", "expire", *auth, str(created["id"])]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "expired"
+    assert main(["alerts", "silence", "add", "--collector", api, "-m", "node=x"]) == 1, "no token"
+    assert "HTTP 401" in capsys.readouterr().err
+    assert main(["alerts", "silence", "add", *auth, "-m", "node=x", "--duration", "soon"]) == 2
+    assert "is not a duration" in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import json
 import time
 from typing import Any
@@ -238,3 +239,20 @@ def test_test_notify_prints_the_outcome(capsys: pytest.CaptureFixture[str]) -> N
         assert "HTTP 404: no_team (failed)" in out and "secret-bad" not in out
         (sample,) = receiver.at("/services/T1/B1/secret-ok")
         assert "GpuOverTemperature" in sample.body["text"]
+
+
+def test_each_receiver_is_rate_limited(dsn: str) -> None:
+    with ChatReceiver() as receiver:
+        cfg = parse_notify_config(
+            {
+                "route": {"receiver": "slow", "group_by": ["node"], "group_wait": "0s"},
+                "receivers": [
+                    {"name": "slow", "kind": "slack", "url": f"{receiver.url}/slow", "min_interval": "400ms"}
+                ],
+            }
+        )
+        queue(dsn, cfg, [alert("Hot", f"n{i}") for i in range(3)])
+        deliver(dsn, cfg, rounds=60, pause=0.02)
+        times = [r.at for r in receiver.at("/slow")]
+        assert len(times) == 3
+        assert min(b - a for a, b in itertools.pairwise(times)) >= 0.38

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from alerts.rules import default_rules_text, parse_rules
@@ -54,3 +55,16 @@ def test_promql_and_sql_rules_are_the_same_alerts() -> None:
     sql.discard(("ExporterDown", "critical", 0.0))
     sql.add(("ExporterDown", "critical", 30.0))
     assert prom == sql
+
+
+def test_the_example_notification_file_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    from alerts.config import load_notify_config
+
+    for name in ("SLACK", "TEAMS", "DISCORD"):
+        monkeypatch.setenv(f"GPUSCOPE_{name}_WEBHOOK", f"https://hooks.example/{name.lower()}/secret")
+    config = load_notify_config(PROMETHEUS.parent / "alerts" / "notify.yaml")
+    critical = config.route.match({"alertname": "GpuLost", "severity": "critical", "cluster": "c"})
+    assert [r.receiver for r in critical] == ["oncall-teams", "ops-slack"]
+    straggler = config.route.match({"alertname": "JobStraggler", "severity": "warning", "job_id": "42"})
+    assert [(r.receiver, r.group_by) for r in straggler] == [("ml-platform-discord", ("alertname", "job_id"))]
+    assert [r.receiver for r in config.route.match({"alertname": "GpuOverTemperature"})] == ["ops-slack"]
