@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import math
 import time
 from typing import Any
 
@@ -102,15 +103,14 @@ class AlertEngine:
 
     async def notify(self, conn: AsyncConnection[Any], now: dt.datetime | None = None) -> int:
         """Queue the notifications due (nothing without a notification config)."""
-        if self.config is None:
-            return 0
         now = now or _now()
-        queued = await dispatch(conn, self.instances, self.config, now)
         for fp, inst in list(self.instances.items()):
             if inst.state == "resolved" and inst.resolved_at and now - inst.resolved_at > RESOLVED_IN_MEMORY:
                 del self.instances[fp]
                 self._stored.pop(fp, None)
-        return queued
+        if self.config is None:
+            return 0
+        return await dispatch(conn, self.instances, self.config, now)
 
     async def cycle(self, conn: AsyncConnection[Any], now: dt.datetime | None = None) -> list[RuleResult]:
         """Evaluate every group once and queue what is due (tests and the benchmark drive this)."""
@@ -142,11 +142,12 @@ class AlertEngine:
         # Each evaluation is stamped with its scheduled time, as in Prometheus: `for: 3m` at a 1m
         # interval then fires on exactly the third evaluation, whatever the jitter of the loop.
         next_due = {g.name: _now() for g in self.groups}
-        last_cleanup = 0.0
+        last_cleanup = last_notify = -math.inf
         try:
             while True:
                 if deliverer.done():
                     deliverer.result()  # re-raise what ended it
+                evaluated = False
                 for group in self.groups:
                     scheduled = next_due[group.name]
                     now = _now()
@@ -156,7 +157,11 @@ class AlertEngine:
                         if next_due[group.name] <= now:  # fell behind: skip the missed runs
                             scheduled, next_due[group.name] = now, now + interval
                         await self.evaluate(conn, group, scheduled)
-                await self.notify(conn)
+                        evaluated = True
+                # After each evaluation, and once a second for group_wait and group_interval timers.
+                if evaluated or time.monotonic() - last_notify >= 1.0:
+                    await self.notify(conn)
+                    last_notify = time.monotonic()
                 if time.monotonic() - last_cleanup > 3600:
                     await self._cleanup(conn)
                     last_cleanup = time.monotonic()

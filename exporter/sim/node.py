@@ -31,6 +31,8 @@ IB_LINE_RATE_GBPS = 400.0
 IB_MAX_BYTES_PER_S = IB_LINE_RATE_GBPS * 1e9 / 8
 IB_STATE_ACTIVE = 4.0
 CLOCK_EVENT_GPU_IDLE = 0x1
+CLOCK_EVENT_HW_THERMAL = 0x40
+SLOWDOWN_C = 90.0  # the GPU slows itself down here, which holds it a little above
 PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
@@ -117,14 +119,14 @@ class SimNodeSource:
                 "tensor_active_pct": float(np.clip(tensor[i], 0, 100)),
                 "fb_used_bytes": float(fb_used[i]),
                 "fb_total_bytes": float(FB_TOTAL_BYTES),
-                "temp_c": round(float(self._temp[i])),
-                "mem_temp_c": round(float(self._temp[i] + 5.0)),
+                "temp_c": round(min(float(self._temp[i]), SLOWDOWN_C + 2.0)),
+                "mem_temp_c": round(min(float(self._temp[i]), SLOWDOWN_C + 2.0) + 5.0),
                 "power_w": float(power[i]),
                 "power_limit_w": POWER_LIMIT_W,
                 "energy_j": float(self._energy_j[i]),
                 "sm_clock_mhz": round(float(sm_clock[i])),
                 "mem_clock_mhz": MEM_CLOCK_MHZ,
-                "clock_event_reasons": float(reasons),
+                "clock_event_reasons": float(reasons | (CLOCK_EVENT_HW_THERMAL if self._temp[i] >= SLOWDOWN_C else 0)),
                 "pcie_replay": 0.0,
                 "ecc_corrected": 0.0,
                 "ecc_uncorrected": 0.0,
