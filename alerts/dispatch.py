@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from alerts.config import InhibitRule, NotifyConfig, Route
 from alerts.matchers import all_match
 from alerts.notify.message import Alert, Message
-from alerts.silences import Silence, list_silences
+from alerts.silences import Silence, active_silences
 from alerts.state import Instance
 
 ALERTMANAGER_REPEAT_S = 60.0  # Alertmanager forgets an alert not re-sent before its endsAt
@@ -77,7 +77,7 @@ async def dispatch(
 ) -> int:
     """Queue the notifications due now; returns how many."""
     firing = [i for i in instances.values() if i.state == "firing"]
-    silences = await list_silences(conn)
+    silences = await active_silences(conn)
     mute = muted(firing, silences, config.inhibit_rules, now)
     groups: dict[tuple[str, str], _Group] = {}
     for inst in firing:

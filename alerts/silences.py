@@ -37,10 +37,10 @@ class Silence:
         }  # fmt: skip
 
 
-_COLUMNS = "silence_id, matchers, starts_at, ends_at, created_by, comment, created_at"
+SILENCE_COLUMNS = "silence_id, matchers, starts_at, ends_at, created_by, comment, created_at"
 
 
-def _silence(row: tuple[Any, ...]) -> Silence:
+def silence_from_row(row: tuple[Any, ...] | Any) -> Silence:
     matchers = tuple(Matcher(m["name"], m["op"], m["value"]) for m in row[1])
     return Silence(row[0], matchers, *row[2:])
 
@@ -61,29 +61,26 @@ async def create(
         raise ValueError("the silence would end before it starts or in the past")
     cur = await conn.execute(
         f"INSERT INTO alert_silence (matchers, starts_at, ends_at, created_by, comment)"  # noqa: S608
-        f" VALUES (%s, %s, %s, %s, %s) RETURNING {_COLUMNS}",
+        f" VALUES (%s, %s, %s, %s, %s) RETURNING {SILENCE_COLUMNS}",
         (Jsonb([m.as_dict() for m in matchers]), starts_at, ends_at, created_by, comment),
     )
     row = await cur.fetchone()
     assert row is not None
-    return _silence(row)
+    return silence_from_row(row)
 
 
 async def expire(conn: AsyncConnection[Any], silence_id: int) -> Silence | None:
     """End a silence now; None when there is no such silence. Expiring an expired one changes nothing."""
     cur = await conn.execute(
         f"UPDATE alert_silence SET starts_at = least(starts_at, now() - interval '1 millisecond'),"  # noqa: S608
-        f" ends_at = least(ends_at, now()) WHERE silence_id = %s RETURNING {_COLUMNS}",
+        f" ends_at = least(ends_at, now()) WHERE silence_id = %s RETURNING {SILENCE_COLUMNS}",
         (silence_id,),
     )
     row = await cur.fetchone()
-    return _silence(row) if row else None
+    return silence_from_row(row) if row else None
 
 
-async def list_silences(conn: AsyncConnection[Any], include_expired: bool = False, limit: int = 500) -> list[Silence]:
-    where = "" if include_expired else "WHERE ends_at > now()"
-    cur = await conn.execute(
-        f"SELECT {_COLUMNS} FROM alert_silence {where} ORDER BY ends_at DESC LIMIT %s",  # noqa: S608
-        (limit,),
-    )
-    return [_silence(row) for row in await cur.fetchall()]
+async def active_silences(conn: AsyncConnection[Any]) -> list[Silence]:
+    """Silences in force now or later (dispatch checks each one's start itself)."""
+    cur = await conn.execute(f"SELECT {SILENCE_COLUMNS} FROM alert_silence WHERE ends_at > now()")  # noqa: S608
+    return [silence_from_row(row) for row in await cur.fetchall()]

@@ -1,18 +1,20 @@
-"""The alerting API: alerts, rule health, notification outcomes (read), and silences (create and
-expire with the admin token)."""
+"""The alerting API: alerts, rule health, notification outcomes and silences (read, through the query
+layer), and silences created and expired with the admin token (written by the collector)."""
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, Field, model_validator
 
-from alerts import read, silences
+from alerts import silences
 from alerts.matchers import matcher_from
-from collector.api.deps import require_read_token
+from collector import query
+from collector.api.deps import ReadPoolDep, require_read_token
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 
@@ -50,36 +52,37 @@ class SilenceIn(BaseModel):
 
 
 @router.get("/alerts", dependencies=[Depends(require_read_token)])
-async def get_alerts(
-    pool: PoolDep,
+def get_alerts(
+    pool: ReadPoolDep,
     state: Literal["active", "firing", "pending", "resolved", "all"] = "active",
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
 ) -> list[dict[str, Any]]:
-    async with pool.connection() as conn:
-        return await read.list_alerts(conn, state, limit)
+    """Alerts, firing and most severe first, each with the ids of the silences muting it."""
+    with pool.connection() as conn:
+        return [asdict(a) for a in query.alerts(conn, state, limit)]
 
 
 @router.get("/alerts/rules", dependencies=[Depends(require_read_token)])
-async def get_rules(pool: PoolDep) -> list[dict[str, Any]]:
-    async with pool.connection() as conn:
-        return await read.rule_status(conn)
+def get_rules(pool: ReadPoolDep) -> list[dict[str, Any]]:
+    with pool.connection() as conn:
+        return [asdict(r) for r in query.rule_status(conn)]
 
 
 @router.get("/alerts/notifications", dependencies=[Depends(require_read_token)])
-async def get_notifications(
-    pool: PoolDep,
+def get_notifications(
+    pool: ReadPoolDep,
     status: Literal["pending", "sent", "failed"] | None = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ) -> list[dict[str, Any]]:
-    async with pool.connection() as conn:
-        return await read.notifications(conn, status, limit)
+    with pool.connection() as conn:
+        return [asdict(n) for n in query.notifications(conn, status, limit)]
 
 
 @router.get("/silences", dependencies=[Depends(require_read_token)])
-async def get_silences(pool: PoolDep, all: bool = False) -> list[dict[str, Any]]:
+def get_silences(pool: ReadPoolDep, all: bool = False) -> list[dict[str, Any]]:
     now = dt.datetime.now(dt.UTC)
-    async with pool.connection() as conn:
-        return [s.to_json(now) for s in await silences.list_silences(conn, include_expired=all)]
+    with pool.connection() as conn:
+        return [s.to_json(now) for s in query.silences(conn, include_expired=all)]
 
 
 @router.post("/silences", status_code=201, dependencies=[Depends(require_admin_token)])

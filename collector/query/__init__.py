@@ -1,5 +1,6 @@
 """The one query layer: the read API, the dashboard, the detector and the alerts all read through it."""
 
+from collector.query.alerts import AlertRow, NotificationRow, RuleStatus, alerts, notifications, rule_status, silences
 from collector.query.events import EventRow, events
 from collector.query.fleet import FleetSummary, fleet_summary
 from collector.query.heatmap import Heatmap, Series, heatmap, series
@@ -11,6 +12,7 @@ from collector.query.stragglers import StragglerRow, stragglers
 from collector.query.timerange import TimeRange, bucket_for, last
 
 __all__ = [
+    "AlertRow",
     "EventRow",
     "FleetSummary",
     "GpuRow",
@@ -19,12 +21,15 @@ __all__ = [
     "JobRow",
     "JobState",
     "NicSeries",
+    "NotificationRow",
     "PortRow",
     "RackPower",
+    "RuleStatus",
     "Series",
     "StragglerRow",
     "TimeRange",
     "Usage",
+    "alerts",
     "bucket_for",
     "events",
     "fleet_summary",
@@ -34,9 +39,12 @@ __all__ = [
     "jobs",
     "last",
     "nic_series",
+    "notifications",
     "rack_power",
+    "rule_status",
     "select_gpus",
     "select_ports",
     "series",
+    "silences",
     "stragglers",
 ]
