@@ -63,18 +63,19 @@ def read_node_tokens(path: Path) -> dict[str, str]:
     return tokens
 
 
-def token_or_generate(token_file: Path | None, data_dir: Path) -> str:
+def token_or_generate(token_file: Path | None, data_dir: Path, name: str = "ingest-token") -> str:
     """The configured token, or one generated once and kept in the data directory (mode 600)."""
     if token_file is not None:
         return read_token_file(token_file)
-    generated = data_dir / "ingest-token"
+    generated = data_dir / name
     if generated.exists():
         return read_token_file(generated)
     data_dir.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
     generated.touch(mode=0o600)
     generated.write_text(token + "\n", encoding="utf-8")
-    log.info("generated an ingest token in %s (give it to exporters with --token-file)", generated)
+    hint = " (give it to exporters with --token-file)" if name == "ingest-token" else ""
+    log.info("generated a token in %s%s", generated, hint)
     return token
 
 

@@ -1,33 +1,195 @@
-"""What the overview page shows, loaded through the query layer in one short read."""
+"""What each page shows, loaded through the query layer, one short read per refresh."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+import numpy as np
 from psycopg_pool import ConnectionPool
 
 from collector import query
+from dashboard.grid import Grid, choose_level, to_grid
 
 RANGES_S = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
 HEATMAP_MAX_COLUMNS = 180
 POWER_MAX_POINTS = 240
+SERIES_MAX_POINTS = 240
+
+
+def time_range(range_key: str) -> query.TimeRange:
+    if range_key not in RANGES_S:
+        raise ValueError(f"unknown range {range_key!r}; one of {list(RANGES_S)}")
+    return query.last(RANGES_S[range_key])
+
+
+@dataclass(frozen=True)
+class Attention:
+    """What needs looking at first: firing alerts (most severe first), active stragglers, GPUs down."""
+
+    alerts: list[query.AlertRow]
+    stragglers: list[query.StragglerRow]
+    gpus_silent: int
 
 
 @dataclass(frozen=True)
 class OverviewData:
     summary: query.FleetSummary
-    heatmap: query.Heatmap
+    attention: Attention
+    heatmap: Grid
     rack_power: query.RackPower
 
 
 def load_overview(pool: ConnectionPool[Any], range_key: str, metric: str = "util_pct") -> OverviewData:
-    if range_key not in RANGES_S:
-        raise ValueError(f"unknown range {range_key!r}; one of {list(RANGES_S)}")
-    time_range = query.last(RANGES_S[range_key])
+    window = time_range(range_key)
     with pool.connection() as conn:
-        return OverviewData(
-            summary=query.fleet_summary(conn),
-            heatmap=query.heatmap(conn, metric, time_range, query.bucket_for(time_range, HEATMAP_MAX_COLUMNS)),
-            rack_power=query.rack_power(conn, time_range, query.bucket_for(time_range, POWER_MAX_POINTS)),
+        summary = query.fleet_summary(conn)
+        firing = query.alerts(conn, "firing", limit=200)
+        stragglers = query.stragglers(conn, window, active_only=True, limit=50)
+        grid = _grid(conn, metric, window, "auto", summary)
+        power = query.rack_power(conn, window, query.bucket_for(window, POWER_MAX_POINTS))
+    attention = Attention(firing, stragglers, summary.gpus_known - summary.gpus_reporting)
+    return OverviewData(summary, attention, grid, power)
+
+
+def load_grid(pool: ConnectionPool[Any], metric: str, range_key: str, level: str) -> Grid:
+    window = time_range(range_key)
+    with pool.connection() as conn:
+        return _grid(conn, metric, window, level, query.fleet_summary(conn))
+
+
+def _grid(conn: Any, metric: str, window: query.TimeRange, level: str, summary: query.FleetSummary) -> Grid:
+    bucket = query.bucket_for(window, HEATMAP_MAX_COLUMNS)
+    columns = len(window.buckets(bucket))
+    chosen = choose_level(summary.gpus_known, summary.nodes_known, columns, level)
+    return to_grid(query.heatmap(conn, metric, window, bucket), chosen)
+
+
+@dataclass(frozen=True)
+class PowerData:
+    rack_power: query.RackPower
+    racks: list[str]
+    current_kw: list[float | None]
+    budget_kw: list[float | None]
+
+
+def load_power(pool: ConnectionPool[Any], range_key: str, budgets_kw: dict[str, float]) -> PowerData:
+    window = time_range(range_key)
+    with pool.connection() as conn:
+        power = query.rack_power(conn, window, query.bucket_for(window, POWER_MAX_POINTS))
+        nameplate = query.rack_nameplate_w(conn)
+    current = []
+    for watts in power.watts:
+        seen = watts[~np.isnan(watts)]  # the newest bucket with a reading
+        current.append(float(seen[-1]) / 1000 if seen.size else None)
+    budgets = []
+    for rack in power.racks:
+        configured = budgets_kw.get(rack, budgets_kw.get(rack.split("/", 1)[-1]))
+        budgets.append(
+            configured if configured is not None else (nameplate[rack] / 1000 if rack in nameplate else None)
         )
+    return PowerData(power, power.racks, current, budgets)
+
+
+@dataclass(frozen=True)
+class JobsData:
+    jobs: list[query.JobRow]
+    stragglers: dict[str, list[query.StragglerRow]]  # job_id -> its stragglers in the range
+
+
+def load_jobs(pool: ConnectionPool[Any], state: str, range_key: str) -> JobsData:
+    window = time_range(range_key)
+    with pool.connection() as conn:
+        jobs = query.jobs(conn, window, state, limit=300)  # type: ignore[arg-type]
+        found = query.stragglers(conn, window, limit=1000)
+    by_job: dict[str, list[query.StragglerRow]] = {}
+    for row in found:
+        by_job.setdefault(row.job_id, []).append(row)
+    return JobsData(jobs, by_job)
+
+
+@dataclass(frozen=True)
+class JobData:
+    job: query.JobRow | None
+    grid: Grid
+    stragglers: list[query.StragglerRow]
+
+
+def load_job(pool: ConnectionPool[Any], job_id: str, metric: str, range_key: str) -> JobData:
+    with pool.connection() as conn:
+        job = query.job(conn, job_id)
+        if job is None:
+            return JobData(None, Grid(metric, 60, "gpu", [], [], _empty()), [])
+        end = job.ended_at or query.last(0.001).end
+        window = query.TimeRange(max(job.started_at, end - _seconds(range_key)), end)
+        bucket = query.bucket_for(window, HEATMAP_MAX_COLUMNS)
+        gpu_ids = query.select_gpus(conn, job=job_id)
+        heatmap = query.heatmap(conn, metric, window, bucket, gpu_ids)
+        stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
+    return JobData(job, to_grid(heatmap, "gpu"), stragglers)
+
+
+@dataclass(frozen=True)
+class NodeData:
+    series: query.Series
+    events: list[query.EventRow]
+    nic: query.NicSeries | None
+    latest_reasons: dict[int, int]  # GPU index -> clock event reasons in the newest bucket
+
+
+NODE_METRICS = ("util_pct", "sm_active_pct", "tensor_active_pct", "temp_c", "power_w", "sm_clock_mhz", "fb_used_bytes")
+
+
+def load_node(pool: ConnectionPool[Any], node: str, gpu: int | None, range_key: str) -> NodeData | None:
+    window = time_range(range_key)
+    bucket = query.bucket_for(window, SERIES_MAX_POINTS)
+    with pool.connection() as conn:
+        gpu_ids = query.select_gpus(conn, node=node)
+        if not gpu_ids:
+            return None
+        series = query.series(conn, (*NODE_METRICS, "clock_event_reasons"), window, bucket, gpu_ids)
+        if gpu is not None:
+            keep = [i for i, row in enumerate(series.rows) if row.gpu_index == gpu]
+            series = query.Series(
+                series.bucket_s,
+                [series.rows[i] for i in keep],
+                series.times,
+                {m: v[keep] for m, v in series.values.items()},
+            )
+        events = query.events(conn, window, node=node, limit=200)
+        ports = query.select_ports(conn, nodes=[node])
+        nic = query.nic_series(conn, "xmit_bytes", window, bucket, ports) if ports else None
+    reasons = {}
+    for row, values in zip(series.rows, series.values["clock_event_reasons"], strict=True):
+        seen = values[~np.isnan(values)]
+        reasons[row.gpu_index] = int(seen[-1]) if seen.size else 0
+    return NodeData(series, events, nic, reasons)
+
+
+@dataclass(frozen=True)
+class AlertsData:
+    active: list[query.AlertRow]
+    resolved: list[query.AlertRow]
+    notifications: list[query.NotificationRow]
+    silences: list[Any]
+    rules: list[query.RuleStatus]
+
+
+def load_alerts(pool: ConnectionPool[Any]) -> AlertsData:
+    with pool.connection() as conn:
+        return AlertsData(
+            active=query.alerts(conn, "active", limit=500),
+            resolved=query.alerts(conn, "resolved", limit=50),
+            notifications=query.notifications(conn, limit=50),
+            silences=query.silences(conn, include_expired=False),
+            rules=query.rule_status(conn),
+        )
+
+
+def _seconds(range_key: str) -> timedelta:
+    return timedelta(seconds=RANGES_S.get(range_key, 3600))
+
+
+def _empty() -> np.ndarray:
+    return np.empty((0, 0))

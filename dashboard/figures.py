@@ -2,44 +2,98 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from collector.query import Heatmap, RackPower
+from collector.query import NicSeries, RackPower, Series
 from collector.query.arrays import nan_to_none
+from dashboard.grid import Grid
 
-METRIC_TITLES = {"util_pct": "GPU utilisation (%)", "power_w": "Power (W)", "temp_c": "Temperature (°C)"}
+METRICS = {
+    "util_pct": "GPU utilisation (%)",
+    "sm_active_pct": "SM activity (%)",
+    "tensor_active_pct": "Tensor activity (%)",
+    "temp_c": "Temperature (°C)",
+    "power_w": "Power (W)",
+    "fb_used_bytes": "Memory used (bytes)",
+    "sm_clock_mhz": "SM clock (MHz)",
+}
 
 
-def heatmap_figure(data: Heatmap, revision: str) -> go.Figure:
-    """GPUs on y grouped by rack and node (top to bottom), time buckets on x."""
-    labels = [row.label for row in data.rows]
-    percent = data.metric.endswith("_pct")
+@dataclass(frozen=True)
+class Mark:
+    """A row to point out on a heatmap (a straggler), with what to say about it."""
+
+    row: int
+    text: str
+
+
+def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height: int | None = None) -> go.Figure:
+    """Rows (GPUs, nodes or racks, grouped by rack) on y, time buckets on x. Row labels name the node
+    and GPU ('rack/node/gpuN'), which is what a click opens."""
+    if not grid.rows:
+        return message_figure("No data yet: no GPU reported in this range.")
+    # Plotted bottom-up, so the first rack comes out on top. Not autorange "reversed": Plotly rewrites
+    # that value internally, so each refresh looked like a new figure and reset the user's zoom.
+    labels = [row.label for row in reversed(grid.rows)]
+    top = len(labels) - 1
+    percent = grid.metric.endswith("_pct")
+    title = METRICS.get(grid.metric, grid.metric)
     figure = go.Figure(
         go.Heatmap(
-            z=nan_to_none(data.values),
-            x=data.times,
+            z=nan_to_none(grid.values[::-1]),
+            x=grid.times,
             y=labels,
             zmin=0 if percent else None,
             zmax=100 if percent else None,
             colorscale="Viridis",
-            colorbar={"title": {"text": METRIC_TITLES.get(data.metric, data.metric)}},
+            colorbar={"title": {"text": title}},
             hovertemplate="%{y}<br>%{x}<br>%{z:.1f}<extra></extra>",
         )
     )
+    per = {"gpu": "GPU", "node": "node (mean of its GPUs)", "rack": "rack (mean of its GPUs)"}[grid.level]
     figure.update_layout(
-        title=f"{METRIC_TITLES.get(data.metric, data.metric)} per GPU, {data.bucket_s} s buckets",
-        yaxis={"autorange": "reversed", "showticklabels": len(labels) <= 128, "title": "rack / node / GPU"},
+        title=f"{title} per {per}, {grid.bucket_s} s buckets",
+        yaxis={"showticklabels": len(labels) <= 128, "title": None},
         xaxis={"title": None},
-        height=max(360, min(1200, 40 + 6 * len(labels))),
-        margin={"l": 160, "r": 20, "t": 50, "b": 40},
-        uirevision=revision,  # the user's zoom survives refreshes until the range changes
+        height=height or max(360, min(1100, 60 + 7 * len(labels))),
+        margin={"l": 170, "r": 20, "t": 50, "b": 40},
+        uirevision=revision,  # zoom and pan survive refreshes until the view changes
     )
-    for boundary in _rack_boundaries(data):
-        figure.add_hline(y=boundary - 0.5, line={"color": "white", "width": 1})
+    for boundary in _rack_boundaries(grid):
+        figure.add_hline(y=top - boundary + 0.5, line={"color": "white", "width": 1})
+    for mark in marks:
+        y = top - mark.row
+        figure.add_shape(
+            type="rect",
+            xref="paper",
+            x0=0,
+            x1=1,
+            y0=y - 0.5,
+            y1=y + 0.5,
+            line={"color": "#d32f2f", "width": 3},
+            fillcolor="rgba(0,0,0,0)",
+        )
+        figure.add_annotation(
+            xref="paper",
+            x=1,
+            xanchor="right",
+            y=y,
+            text=mark.text,
+            showarrow=False,
+            font={"color": "white"},
+            bgcolor="#d32f2f",
+        )
     return figure
 
 
 def rack_power_figure(data: RackPower, revision: str) -> go.Figure:
+    """Power per rack over time, stacked: the top line is the whole cluster."""
+    if not data.racks:
+        return message_figure("No power readings in this range yet.")
     figure = go.Figure(
         [
             go.Scatter(
@@ -47,20 +101,135 @@ def rack_power_figure(data: RackPower, revision: str) -> go.Figure:
                 y=nan_to_none(watts / 1000.0),
                 name=rack,
                 mode="lines",
+                stackgroup="racks",
                 hovertemplate=f"{rack}<br>%{{x}}<br>%{{y:.1f}} kW<extra></extra>",
             )
             for rack, watts in zip(data.racks, data.watts, strict=True)
         ]
     )
     figure.update_layout(
-        title=f"Power per rack (kW), {data.bucket_s} s buckets",
+        title=f"Power per rack (kW, stacked), {data.bucket_s} s buckets",
         yaxis={"title": "kW", "rangemode": "tozero"},
-        height=360,
+        height=380,
         margin={"l": 60, "r": 20, "t": 50, "b": 40},
         uirevision=revision,
     )
     return figure
 
 
-def _rack_boundaries(data: Heatmap) -> list[int]:
-    return [i for i in range(1, len(data.rows)) if data.rows[i].rack != data.rows[i - 1].rack]
+def budget_figure(racks: list[str], current_kw: list[float | None], budget_kw: list[float | None]) -> go.Figure:
+    """Each rack's latest draw against its budget; over budget in red."""
+    if not racks:
+        return message_figure("No racks have reported power yet.")
+    colours = [
+        "#d32f2f"
+        if (c is not None and b and c > b)
+        else "#f9a825"
+        if (c is not None and b and c > 0.9 * b)
+        else "#1976d2"
+        for c, b in zip(current_kw, budget_kw, strict=True)
+    ]
+    figure = go.Figure(
+        [
+            go.Bar(
+                x=racks,
+                y=current_kw,
+                name="now",
+                marker_color=colours,
+                hovertemplate="%{x}<br>%{y:.1f} kW now<extra></extra>",
+            ),
+            go.Scatter(
+                x=racks,
+                y=budget_kw,
+                name="budget",
+                mode="markers",
+                marker={"symbol": "line-ew-open", "size": 40, "line": {"width": 3, "color": "#333"}},
+                hovertemplate="%{x}<br>budget %{y:.1f} kW<extra></extra>",
+            ),
+        ]
+    )
+    figure.update_layout(
+        title="Current draw against each rack's budget (kW)",
+        yaxis={"title": "kW", "rangemode": "tozero"},
+        height=340,
+        margin={"l": 60, "r": 20, "t": 50, "b": 60},
+        uirevision="budget",
+    )
+    return figure
+
+
+def series_figure(data: Series, metrics: Sequence[str], revision: str) -> go.Figure:
+    """Small multiples: one panel per metric, one line per GPU."""
+    if not data.rows:
+        return message_figure("This node has no GPUs in the inventory.")
+    figure = make_subplots(
+        rows=len(metrics),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.03,
+        subplot_titles=[METRICS.get(m, m) for m in metrics],
+    )
+    for panel, metric in enumerate(metrics, start=1):
+        for row, values in zip(data.rows, data.values[metric], strict=True):
+            figure.add_trace(
+                go.Scatter(
+                    x=data.times,
+                    y=nan_to_none(values),
+                    name=f"gpu{row.gpu_index}",
+                    legendgroup=f"gpu{row.gpu_index}",
+                    showlegend=panel == 1,
+                    mode="lines",
+                    hovertemplate=f"gpu{row.gpu_index}<br>%{{x}}<br>%{{y:.1f}}<extra></extra>",
+                ),
+                row=panel,
+                col=1,
+            )
+    figure.update_layout(
+        height=170 * len(metrics) + 60, margin={"l": 60, "r": 20, "t": 40, "b": 30}, uirevision=revision
+    )
+    return figure
+
+
+def nic_figure(data: NicSeries, revision: str) -> go.Figure:
+    if not data.ports:
+        return message_figure("No InfiniBand ports on this node.")
+    scale, unit = (8 / 1e9, "Gbit/s") if data.metric.endswith("bytes") else (1.0, "/s")
+    figure = go.Figure(
+        [
+            go.Scatter(x=data.times, y=nan_to_none(values * scale), name=port.label, mode="lines")
+            for port, values in zip(data.ports, data.values, strict=True)
+        ]
+    )
+    figure.update_layout(
+        title=f"InfiniBand {data.metric.replace('_', ' ')} ({unit})",
+        height=300,
+        margin={"l": 60, "r": 20, "t": 50, "b": 30},
+        uirevision=revision,
+    )
+    return figure
+
+
+def message_figure(text: str) -> go.Figure:
+    """An empty chart that says why it is empty (rather than blank axes)."""
+    figure = go.Figure()
+    figure.update_layout(
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        height=220,
+        annotations=[
+            {
+                "text": text,
+                "showarrow": False,
+                "font": {"size": 16, "color": "#555"},
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+            }
+        ],
+    )
+    return figure
+
+
+def _rack_boundaries(grid: Grid) -> list[int]:
+    return [i for i in range(1, len(grid.rows)) if grid.rows[i].rack != grid.rows[i - 1].rack]

@@ -110,7 +110,11 @@ def _parser() -> argparse.ArgumentParser:
 
     dashboard = commands.add_parser("dashboard", help="the web UI")
     dashboard.add_argument("--listen", default="127.0.0.1:8050", help="HOST:PORT (default 127.0.0.1:8050)")
-    dashboard.add_argument("--db", required=True, help="PostgreSQL DSN of the collector's database")
+    dashboard.add_argument("--db", help="PostgreSQL DSN of the collector's database (a read replica will do)")
+    dashboard.add_argument("--collector", metavar="URL", help="collector base URL: silences are managed through it")
+    dashboard.add_argument("--basic-auth-file", type=Path, help="require a login: 'user:pbkdf2_sha256$...' lines")
+    dashboard.add_argument("--rack-budgets", type=Path, help="YAML mapping of rack (or cluster/rack) to a budget in kW")
+    dashboard.add_argument("--hash-password", action="store_true", help="read a password, print a basic-auth hash")
     dashboard.set_defaults(run=_run_dashboard)
     alerts_cli.add_parser(commands)
 
@@ -197,12 +201,26 @@ def _run_collector(args: argparse.Namespace) -> int:
 def _run_dashboard(args: argparse.Namespace) -> None:
     from collector.store.pools import open_read_pool
     from dashboard.app import create_app
+    from dashboard.auth import hash_password, read_users
+    from dashboard.context import DashboardOptions, read_rack_budgets
     from dashboard.server import DashboardServer
 
+    if args.hash_password:
+        import getpass
+
+        print(hash_password(getpass.getpass("password: ")))
+        return
+    if not args.db:
+        raise ValueError("--db DSN is required (the collector's database, or a replica of it)")
+    options = DashboardOptions(
+        collector_url=args.collector,
+        rack_budgets_kw=read_rack_budgets(args.rack_budgets) if args.rack_budgets else {},
+    )
+    users = read_users(args.basic_auth_file) if args.basic_auth_file else None
     host, port = parse_listen(args.listen)
-    pool = open_read_pool(args.db, max_size=4)
-    server = DashboardServer(create_app(pool), host, port)
-    print(f"gpuscope dashboard on http://{host}:{server.port}", flush=True)
+    pool = open_read_pool(args.db, max_size=4, timeout=5.0, wait=False)  # up even while the database is not
+    server = DashboardServer(create_app(pool, options, users), host, port)
+    print(f"gpuscope dashboard on http://{host}:{server.port}" + (" (login required)" if users else ""), flush=True)
     try:
         server.serve_forever()
     finally:

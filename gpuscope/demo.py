@@ -17,12 +17,13 @@ from pathlib import Path
 
 from alerts.engine import AlertEngine
 from alerts.rules import default_rules_text, parse_rules
-from collector.auth import TokenAuth
+from collector.auth import TokenAuth, token_or_generate
 from collector.embedded_pg import EmbeddedPostgres
 from collector.main import create_app as create_collector_app
 from collector.service import BackgroundServer
 from collector.store.pools import open_read_pool
 from dashboard.app import create_app as create_dashboard_app
+from dashboard.context import DashboardOptions
 from dashboard.server import DashboardServer
 from exporter.node_exporter import ExporterConfig, NodeExporter
 from exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_topology
@@ -55,8 +56,11 @@ def run_demo(options: DemoOptions) -> None:
 
         token = secrets.token_urlsafe(32)
         engine = AlertEngine(parse_rules(default_rules_text()), None)  # alerts kept and shown, sent nowhere
+        admin_token = token_or_generate(None, data_dir, "admin-token")  # silences from the dashboard need it
         collector = BackgroundServer(
-            create_collector_app(pg.dsn, TokenAuth([token]), alert_engine=engine), HOST, options.collector_port
+            create_collector_app(pg.dsn, TokenAuth([token]), alert_engine=engine, admin_auth=TokenAuth([admin_token])),
+            HOST,
+            options.collector_port,
         )
         collector.start()
         stack.callback(collector.stop)
@@ -71,7 +75,8 @@ def run_demo(options: DemoOptions) -> None:
 
         pool = open_read_pool(pg.dsn, max_size=4)
         stack.callback(pool.close)
-        dashboard = DashboardServer(create_dashboard_app(pool), HOST, options.dashboard_port)
+        dashboard_options = DashboardOptions(collector_url=push_url)
+        dashboard = DashboardServer(create_dashboard_app(pool, dashboard_options), HOST, options.dashboard_port)
         dashboard.start()
         stack.callback(dashboard.stop)
 
@@ -82,6 +87,7 @@ def run_demo(options: DemoOptions) -> None:
             f"  collector  {push_url}/docs\n"
             f"  data       {data_dir}{'' if options.data_dir else ' (temporary)'}\n"
             f"  alerts     {push_url}/api/v1/alerts  (staged fault: {staged})\n"
+            f"  admin      token for silences in {data_dir / 'admin-token'}\n"
             "Press Ctrl-C to stop.",
             flush=True,
         )

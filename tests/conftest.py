@@ -55,6 +55,10 @@ def running_postgres(prefix: str) -> Iterator[EmbeddedPostgres]:
 @pytest.fixture
 def dsn(postgres: EmbeddedPostgres) -> str:
     """A new, empty database with the schema applied."""
+    return new_database(postgres)
+
+
+def new_database(postgres: EmbeddedPostgres) -> str:
     name = f"test_{os.getpid()}_{next(_database_numbers)}"
     with psycopg.connect(postgres.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

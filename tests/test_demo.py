@@ -20,12 +20,15 @@ READY_WITHIN_S = 60
 def dash_callback(base: str) -> dict:
     """Ask the overview page's callback for its outputs, exactly as the browser does."""
     outputs = [
+        {"id": "overview-status", "property": "children"},
         {"id": "fleet-summary", "property": "children"},
+        {"id": "attention", "property": "children"},
         {"id": "util-heatmap", "property": "figure"},
         {"id": "rack-power", "property": "figure"},
     ]
     payload = {
-        "output": "..fleet-summary.children...util-heatmap.figure...rack-power.figure..",
+        "output": "..overview-status.children...fleet-summary.children...attention.children..."
+        "util-heatmap.figure...rack-power.figure..",
         "outputs": outputs,
         "inputs": [
             {"id": "refresh", "property": "n_intervals", "value": 1},

@@ -50,9 +50,10 @@ def test_pushed_simulated_gpus_appear_in_the_dashboard_heatmap(collector: Runnin
     finally:
         pool.close()
 
-    expected = {(e.config.rack, e.config.node, g.index, g.uuid) for e in exporters for g in e.source.gpus}  # type: ignore[attr-defined]
+    expected = {(f"e2e/{e.config.rack}", e.config.node, g.index) for e in exporters for g in e.source.gpus}  # type: ignore[attr-defined]
     rows = data.heatmap.rows
-    assert {(r.rack, r.node, r.gpu_index, r.uuid) for r in rows} == expected
+    assert data.heatmap.level == "gpu", "32 GPUs fit the cell budget one row each"
+    assert {(r.rack, r.node, r.gpu) for r in rows} == expected
     assert [r.label for r in rows] == sorted(r.label for r in rows), "grouped by rack, then node, then GPU"
     latest = data.heatmap.values[:, ~np.all(np.isnan(data.heatmap.values), axis=0)]
     assert latest.shape[1] >= 1 and not np.isnan(latest).all(axis=1).any(), "every GPU has a value"
@@ -63,6 +64,7 @@ def test_pushed_simulated_gpus_appear_in_the_dashboard_heatmap(collector: Runnin
 
     figure = heatmap_figure(data.heatmap, revision="15m")
     assert len(figure.data[0].y) == 32 and figure.layout.uirevision == "15m"
+    assert figure.data[0].y[-1] == rows[0].label, "plotted bottom-up: the first rack on top"
     assert rack_power_figure(data.rack_power, revision="15m").layout.uirevision == "15m"
 
 

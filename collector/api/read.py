@@ -55,6 +55,8 @@ class FleetOut(BaseModel):
     gpus_up: int
     mean_util_pct: float | None
     total_power_w: float | None
+    running_jobs: int
+    nodes_known: int
 
 
 def gpu_out(row: query.GpuRow) -> GpuOut:

@@ -7,7 +7,7 @@ from collector.query.heatmap import Heatmap, Series, heatmap, series
 from collector.query.inventory import GpuRow, PortRow, select_gpus, select_ports
 from collector.query.jobs import JobGpu, JobRow, JobState, Usage, job, job_gpus, jobs
 from collector.query.nic import NicSeries, nic_series
-from collector.query.rack_power import RackPower, rack_power
+from collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
 from collector.query.stragglers import StragglerRow, stragglers
 from collector.query.timerange import TimeRange, bucket_for, last
 
@@ -40,6 +40,7 @@ __all__ = [
     "last",
     "nic_series",
     "notifications",
+    "rack_nameplate_w",
     "rack_power",
     "rule_status",
     "select_gpus",

@@ -62,3 +62,16 @@ def rack_power(conn: Connection[Any], time_range: TimeRange, bucket_s: int) -> R
         if j is not None:
             watts[row_of[rack], j] = value
     return RackPower(bucket_s=bucket_s, racks=racks, times=times, watts=watts)
+
+
+def rack_nameplate_w(conn: Connection[Any]) -> dict[str, float]:
+    """Each rack's GPU power limits summed ("cluster/rack" -> W), from each GPU's newest sample in the
+    last 10 minutes: the budget a rack is held to when the site has not set one."""
+    rows = conn.execute(
+        "SELECT n.cluster || '/' || n.rack, sum(s.power_limit_w)::float8"
+        " FROM gpu g JOIN node n USING (node_id)"
+        " CROSS JOIN LATERAL (SELECT power_limit_w FROM gpu_sample x WHERE x.gpu_id = g.gpu_id"
+        "   AND x.ts > now() - interval '10 minutes' ORDER BY x.ts DESC LIMIT 1) s"
+        " GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    return {rack: watts for rack, watts in rows if watts is not None}

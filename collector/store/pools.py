@@ -10,10 +10,17 @@ from psycopg_pool import ConnectionPool
 READ_ONLY_OPTIONS = "-c default_transaction_read_only=on"
 
 
-def open_read_pool(dsn: str, max_size: int = 8, timeout: float = 30.0) -> ConnectionPool[Any]:
-    """Open a pool of read-only autocommit connections, failing within `timeout` if the database is away."""
+def open_read_pool(dsn: str, max_size: int = 8, timeout: float = 30.0, wait: bool = True) -> ConnectionPool[Any]:
+    """Open a pool of read-only autocommit connections. `wait`: fail within `timeout` if the database is
+    away; else start anyway (the dashboard shows the outage and recovers). A connection is waited for
+    `timeout` at most."""
     pool: ConnectionPool[Any] = ConnectionPool(
-        dsn, min_size=1, max_size=max_size, open=False, kwargs={"autocommit": True, "options": READ_ONLY_OPTIONS}
+        dsn,
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        timeout=timeout,
+        kwargs={"autocommit": True, "options": READ_ONLY_OPTIONS, "connect_timeout": max(2, int(timeout))},
     )
-    pool.open(wait=True, timeout=timeout)
+    pool.open(wait=wait, timeout=timeout)
     return pool

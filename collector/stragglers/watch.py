@@ -160,6 +160,20 @@ class StragglerWatch:
         if straggler.gpu is not None:
             ranks = [r for r, n in enumerate(job.detector.node_of) if n == straggler.node]
             gpu_id = job.gpu_ids[ranks[straggler.gpu]]
+        # A watch that took over (a restart, another replica) replays the job's history and finds again
+        # what its predecessor stored: adopt that row rather than store the straggler twice.
+        cur = await conn.execute(
+            "SELECT straggler_id FROM straggler WHERE job_id = %s AND node_id = %s AND gpu_id IS NOT DISTINCT FROM %s"
+            " AND cause = %s AND (ended_at IS NULL OR ended_at >= %s - interval '1 minute')"
+            " ORDER BY started_at DESC LIMIT 1",
+            (job_id, node_id, gpu_id, straggler.cause, _at(straggler.started_s)),
+        )
+        if found := await cur.fetchone():
+            await conn.execute(
+                "UPDATE straggler SET slowdown = greatest(slowdown, %s), ended_at = %s WHERE straggler_id = %s",
+                (straggler.slowdown, _at(straggler.ended_s), found[0]),
+            )
+            return int(found[0])
         cur = await conn.execute(
             "INSERT INTO straggler (job_id, node_id, gpu_id, cause, slowdown, evidence, started_at, declared_at,"
             " ended_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING straggler_id",

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from collector.query import GpuRow, Heatmap, RackPower
-from dashboard.figures import heatmap_figure, rack_power_figure
+from dashboard.figures import Mark, heatmap_figure, rack_power_figure
+from dashboard.grid import MAX_CELLS, choose_level, to_grid
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -19,13 +20,31 @@ def small_heatmap() -> Heatmap:
 
 
 def test_heatmap_figure_keeps_gaps_and_scales_percent() -> None:
-    figure = heatmap_figure(small_heatmap(), revision="1h")
+    figure = heatmap_figure(to_grid(small_heatmap(), "gpu"), revision="1h", marks=[Mark(1, "straggler")])
     trace = figure.data[0]
-    assert list(trace.y) == ["rack-0/n0/gpu0", "rack-0/n0/gpu1", "rack-1/n1/gpu0", "rack-1/n1/gpu1"]
-    assert trace.z[0][1] is None and list(trace.z[3]) == [None, None]
+    # Plotted bottom-up so that the first rack is on top.
+    assert list(trace.y) == ["rack-1/n1/gpu1", "rack-1/n1/gpu0", "rack-0/n0/gpu1", "rack-0/n0/gpu0"]
+    assert trace.z[3][1] is None and list(trace.z[0]) == [None, None]
     assert (trace.zmin, trace.zmax) == (0, 100)
     assert figure.layout.uirevision == "1h"
-    assert [shape.y0 for shape in figure.layout.shapes] == [1.5], "one line between the two racks"
+    line, box = figure.layout.shapes
+    assert line.y0 == 1.5, "one line between the two racks"
+    assert (box.y0, box.y1) == (1.5, 2.5) and figure.layout.annotations[0].y == 2, "row 1 is n0/gpu1"
+    assert figure.layout.yaxis.autorange is None, "not 'reversed': Plotly rewrites it and refreshes lose the zoom"
+
+
+def test_rows_are_averaged_per_node_and_rack_when_there_are_too_many() -> None:
+    grid = to_grid(small_heatmap(), "node")
+    assert [(r.label, r.gpus) for r in grid.rows] == [("rack-0/n0", 2), ("rack-1/n1", 2)]
+    assert grid.values[0].tolist() == [15.0, 30.0], "a NaN-aware mean of the GPUs that reported"
+    assert grid.values[1].tolist() == [40.0, 50.0], "a GPU with no samples does not pull the mean down"
+    assert [r.label for r in to_grid(small_heatmap(), "rack").rows] == ["rack-0", "rack-1"]
+    assert choose_level(1024, 128, 180) == "gpu"
+    assert choose_level(8192, 1024, 180) == "node", "8,192 GPUs x 180 columns would be 1.5 M cells"
+    assert choose_level(80000, 10000, 180) == "rack"
+    assert choose_level(8192, 1024, 180, "gpu") == "node", "a level too fine for the budget is not honoured"
+    assert choose_level(64, 8, 180, "rack") == "rack"
+    assert 1024 * 180 <= MAX_CELLS < 8192 * 180
 
 
 def test_rack_power_figure_in_kilowatts() -> None:
@@ -34,5 +53,6 @@ def test_rack_power_figure_in_kilowatts() -> None:
     )
     figure = rack_power_figure(data, revision="6h")
     assert [trace.name for trace in figure.data] == ["c/rack-0", "c/rack-1"]
+    assert {trace.stackgroup for trace in figure.data} == {"racks"}, "stacked: the top line is the cluster"
     assert list(figure.data[0].y) == [5.6, None]
     assert figure.layout.uirevision == "6h"

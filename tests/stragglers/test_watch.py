@@ -114,3 +114,17 @@ def test_two_stragglers_in_turn_across_cycles_are_both_stored(collector: Running
             " ORDER BY s.started_at"
         ).fetchall()
     assert rows == [("GPU-twice-1-1-2", "thermal", True), ("GPU-twice-1-0-1", "power_cap", True)]
+
+
+def test_a_watch_that_takes_over_adopts_what_its_predecessor_stored(
+    collector: RunningCollector, pushed: datetime
+) -> None:
+    """A restarted collector (or another replica) replays the job's history: the straggler its
+    predecessor stored is not stored again."""
+    half_way = pushed - timedelta(seconds=20 + HISTORY_S - 1800)  # the fault active since 1500 s
+    watch(collector.dsn, StragglerWatch(), half_way)
+    watch(collector.dsn, StragglerWatch(), half_way)  # a second collector, later the same minute
+    watch(collector.dsn, StragglerWatch(), pushed)  # and a third, after the fault ended
+    with psycopg.connect(collector.dsn) as conn:
+        rows = conn.execute("SELECT job_id, cause, ended_at IS NOT NULL FROM straggler").fetchall()
+    assert rows == [("train-1", "thermal", True)]

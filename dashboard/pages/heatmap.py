@@ -1,0 +1,119 @@
+"""Utilisation heatmap (/heatmap): GPUs grouped by rack and node on y, time on x; metric, range and
+row level in the URL; a click on a cell opens that node's page (its GPU, when rows are GPUs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import Dash, Input, Output, State, dcc, html, no_update
+
+from dashboard import data
+from dashboard.components import banner, guarded, query_params, query_string
+from dashboard.context import Context
+from dashboard.figures import METRICS, heatmap_figure, message_figure
+
+TITLE = "Heatmap"
+HEATMAP_METRICS = ("util_pct", "sm_active_pct", "tensor_active_pct", "temp_c", "power_w", "fb_used_bytes")
+LEVELS = {"auto": "auto", "gpu": "GPUs", "node": "nodes", "rack": "racks"}
+
+
+def match(pathname: str) -> dict[str, str] | None:
+    return {} if pathname == "/heatmap" else None
+
+
+def layout(ctx: Context, search: str, **_: str) -> html.Div:
+    params = query_params(search)
+    metric = params.get("metric") if params.get("metric") in HEATMAP_METRICS else "util_pct"
+    range_key = params.get("range") if params.get("range") in data.RANGES_S else "1h"
+    level = params.get("level") if params.get("level") in LEVELS else "auto"
+    return html.Div(
+        [
+            html.H2("Heatmap"),
+            html.Div(
+                [
+                    dcc.Dropdown(
+                        id="heatmap-metric",
+                        options=[{"label": METRICS[m], "value": m} for m in HEATMAP_METRICS],
+                        value=metric,
+                        clearable=False,
+                        style={"width": "18em", "display": "inline-block"},
+                    ),
+                    dcc.RadioItems(
+                        id="heatmap-range",
+                        options=list(data.RANGES_S),
+                        value=range_key,
+                        inline=True,
+                        style={"display": "inline-block", "margin": "0 2em"},
+                    ),
+                    dcc.RadioItems(
+                        id="heatmap-level",
+                        options=[{"label": v, "value": k} for k, v in LEVELS.items()],
+                        value=level,
+                        inline=True,
+                        style={"display": "inline-block"},
+                    ),
+                ]
+            ),
+            html.Div(id="heatmap-status"),
+            dcc.Graph(id="heatmap-graph", config={"displaylogo": False}),
+            html.Div("Click a cell to open its node.", style={"color": "#777"}),
+        ]
+    )
+
+
+def register(app: Dash, ctx: Context) -> None:
+    def unreachable(message: str) -> tuple[Any, ...]:
+        return banner(message, "error"), message_figure(message)
+
+    @app.callback(
+        Output("heatmap-status", "children"),
+        Output("heatmap-graph", "figure"),
+        Input("refresh", "n_intervals"),
+        Input("heatmap-metric", "value"),
+        Input("heatmap-range", "value"),
+        Input("heatmap-level", "value"),
+    )
+    @guarded(unreachable)
+    def refresh(_: int | None, metric: str, range_key: str, level: str) -> tuple[Any, ...]:
+        grid = data.load_grid(ctx.pool, metric, range_key, level)
+        notes = []
+        if level not in ("auto", grid.level):
+            notes.append(banner(f"{LEVELS[level]} would exceed the cell budget here: showing {LEVELS[grid.level]}."))
+        # The revision changes with the view, so zoom survives refreshes but not a new question.
+        return notes, heatmap_figure(grid, revision=f"{metric}-{range_key}-{grid.level}")
+
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("heatmap-metric", "value"),
+        Input("heatmap-range", "value"),
+        Input("heatmap-level", "value"),
+        prevent_initial_call=True,
+    )
+    def share(metric: str, range_key: str, level: str) -> str:
+        return query_string({"metric": metric, "range": range_key, "level": level})
+
+    @app.callback(
+        Output("url", "pathname", allow_duplicate=True),
+        Output("url", "search", allow_duplicate=True),
+        Input("heatmap-graph", "clickData"),
+        State("heatmap-range", "value"),
+        prevent_initial_call=True,
+    )
+    def drill(click: dict[str, Any] | None, range_key: str) -> tuple[Any, Any]:
+        point = (click or {}).get("points", [{}])[0]
+        target = row_target(str(point.get("y", "")))
+        if target is None:
+            return no_update, no_update  # a rack row: nothing finer to open
+        node, gpu = target
+        return f"/node/{node}", query_string({"gpu": gpu, "range": range_key})
+
+
+def row_target(label: str) -> tuple[str, int | None] | None:
+    """The node (and GPU) a heatmap row label names: 'rack/node/gpuN', 'rack/node', or just 'rack'.
+    Plotly's click on a heatmap reports the row label but not per-cell custom data, hence the label."""
+    parts = label.split("/")
+    if len(parts) == 3 and parts[2].startswith("gpu") and parts[2][3:].isdigit():
+        return parts[1], int(parts[2][3:])
+    if len(parts) == 2:
+        return parts[1], None
+    return None

@@ -1,0 +1,103 @@
+"""Headless Chromium (Debian's chromium + chromium-driver) driven through Selenium, for the dashboard's
+browser tests and benchmark: console errors collected, screenshots kept as test artifacts."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
+FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--no-first-run", "--window-size=1400,1000",
+)  # fmt: skip
+# A page is rendered when Dash has no callback in flight, every graph holds its figure (traces, or the
+# annotation of an empty-state figure; an unfilled dcc.Graph has neither) and every output area that
+# callbacks fill (class "output") has content.
+RENDERED_JS = """
+const page = document.getElementById('page');
+if (!page || page.children.length === 0 || document.querySelector('[data-dash-is-loading="true"]')) return false;
+for (const g of page.querySelectorAll('.js-plotly-plot')) {
+  if (!g.data || (g.data.length === 0 && !((g.layout || {}).annotations || []).length)) return false;
+}
+for (const o of page.querySelectorAll('.output')) { if (o.childElementCount === 0) return false; }
+return page.querySelectorAll('.dash-graph').length === page.querySelectorAll('.js-plotly-plot').length;
+"""
+
+
+def find_browser() -> tuple[str, str] | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver") or (
+        "/usr/lib/chromium/chromedriver" if Path("/usr/lib/chromium/chromedriver").exists() else None
+    )
+    return (browser, driver) if browser and driver else None
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    found = find_browser()
+    if found is None:
+        raise RuntimeError("Chromium and chromedriver are needed: apt-get install chromium chromium-driver")
+    browser, driver_path = found
+    profile = tempfile.mkdtemp(prefix="gpuscope-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def wait_until(driver: Any, condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = condition()
+        except Exception:  # the page may be between renders
+            result = None
+        if result:
+            return result
+        time.sleep(0.05)
+    screenshot(driver, f"timeout-{what.replace(' ', '-')}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def open_page(driver: Any, url: str, timeout: float = 30.0) -> float:
+    """Load `url` and wait for the page's first full render; returns the seconds it took."""
+    started = time.perf_counter()
+    driver.get(url)
+    wait_until(driver, lambda: driver.execute_script(RENDERED_JS), timeout, f"render of {url}")
+    return time.perf_counter() - started
+
+
+def console_errors(driver: Any) -> list[str]:
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def screenshot(driver: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
+def graph_data(driver: Any, graph_id: str) -> list[dict[str, Any]]:
+    """The traces Plotly drew in a dcc.Graph, read from the page."""
+    return driver.execute_script(
+        "const el = document.getElementById(arguments[0]).querySelector('.js-plotly-plot');"
+        "return el.data.map(t => ({type: t.type, y: t.y, name: t.name}));",
+        graph_id,
+    )

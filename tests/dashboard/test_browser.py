@@ -1,0 +1,206 @@
+"""The dashboard in real headless Chromium against a live stack on loopback: simulated exporters
+pushing to a collector (with its alert engine), a simulated training job with an injected straggler
+found by the real detector, and the dashboard reading the same database. Screenshots of every page go
+to test-artifacts/dashboard/."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from alerts.engine import AlertEngine
+from alerts.rules import parse_rules
+from collector.auth import TokenAuth
+from collector.embedded_pg import EmbeddedPostgres
+from collector.main import create_app as create_collector
+from collector.service import BackgroundServer
+from collector.store.pools import open_read_pool
+from collector.stragglers.watch import StragglerWatch
+from dashboard.app import create_app as create_dashboard
+from dashboard.context import DashboardOptions
+from dashboard.server import DashboardServer
+from exporter.node_exporter import ExporterConfig, NodeExporter
+from exporter.sim import JobSchedule, SimNodeSource, build_topology
+from exporter.sim.training import Fault, simulate
+from tests.conftest import RunningCollector, new_database, require_tool
+from tests.dashboard.browser import console_errors, graph_data, open_page, screenshot, wait_until
+from tests.stragglers import test_watch
+
+RULES = """
+groups:
+  - name: gpu
+    interval: 1s
+    rules:
+      - alert: GpuOverTemperature
+        expr: SELECT cluster, node, gpu, uuid, temp_c AS value FROM gpu_latest WHERE temp_c >= 85
+        labels: {severity: warning}
+        annotations: {summary: "GPU {{ $labels.gpu }} on {{ $labels.node }} is hot"}
+"""
+PAGES = ("/", "/heatmap", "/power", "/jobs", "/jobs/train-1", "/node/node-001?gpu=3", "/alerts")
+
+
+@dataclass(frozen=True)
+class Stack:
+    dashboard: str
+    collector: str
+    admin_token: str
+    dsn: str
+    gpus: int
+
+
+@pytest.fixture(scope="module")
+def stack(postgres: EmbeddedPostgres) -> Iterator[Stack]:
+    require_tool("chromium")
+    require_tool("chromedriver")
+    dsn = new_database(postgres)
+    token, admin = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    engine = AlertEngine(parse_rules(RULES), None, tick_s=0.2)
+    collector = BackgroundServer(
+        create_collector(dsn, TokenAuth([token]), alert_engine=engine, admin_auth=TokenAuth([admin])), "127.0.0.1", 0
+    )
+    collector.start()
+    url = f"http://127.0.0.1:{collector.port}"
+    running = RunningCollector(url=url, token=token, dsn=dsn)
+    # A training job whose GPU 2 on its second node runs hot and slows the job by 20%, still now.
+    start = time.time() - test_watch.HISTORY_S - 20
+    fault = Fault("thermal", 1, 2, onset_s=1500.0, end_s=test_watch.HISTORY_S + 3600, severity=0.2)
+    test_watch.push(running, simulate(test_watch.JOB, [fault], test_watch.HISTORY_S), start, "train-1")
+    asyncio.run(_watch(dsn, datetime.fromtimestamp(start + test_watch.HISTORY_S + 20, UTC)))
+    topology = build_topology(4, 8, 2, cluster="live")
+    exporters = [
+        NodeExporter(
+            SimNodeSource(node, JobSchedule(topology, 5), 5),
+            ExporterConfig(
+                node.cluster, node.rack, node.name, interval=0.5, push_url=url, token=token, push_interval=1.0
+            ),
+        )
+        for node in topology
+    ]
+    exporters[1].source.fail_cooling(3, 60.0)  # type: ignore[attr-defined]
+    for exporter in exporters:
+        exporter.start()
+    pool = open_read_pool(dsn, max_size=4)
+    dashboard = DashboardServer(
+        create_dashboard(pool, DashboardOptions(collector_url=url, refresh_ms=1500)), "127.0.0.1", 0
+    )
+    dashboard.start()
+    time.sleep(2.5)  # a few pushes, an evaluation or two
+    yield Stack(f"http://127.0.0.1:{dashboard.port}", url, admin, dsn, 32 + test_watch.JOB.nodes * 4)
+    dashboard.stop()
+    pool.close()
+    for exporter in exporters:
+        exporter.stop()
+    collector.stop()
+
+
+async def _watch(dsn: str, now: datetime) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await StragglerWatch().cycle(conn, now)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from tests.dashboard.browser import chromium
+
+    require_tool("chromium")
+    with chromium() as driver:
+        yield driver
+
+
+def test_every_page_loads_without_console_errors(stack: Stack, browser: Any) -> None:
+    for path in PAGES:
+        seconds = open_page(browser, stack.dashboard + path)
+        name = path.strip("/").replace("/", "-").replace("?", "-").replace("=", "") or "overview"
+        screenshot(browser, name)
+        assert console_errors(browser) == [], path
+        assert "Traceback" not in browser.page_source
+        print(f"{path}: rendered in {seconds:.2f} s")
+
+
+def test_the_heatmap_shows_every_simulated_gpu_and_a_click_opens_its_node(stack: Stack, browser: Any) -> None:
+    open_page(browser, stack.dashboard + "/heatmap?metric=util_pct&range=15m&level=gpu")
+    (trace,) = graph_data(browser, "heatmap-graph")
+    assert len(trace["y"]) == stack.gpus
+    assert "rack-00/node-000/gpu0" in trace["y"]
+    # A real click on the plot: Plotly reports the cell's row, the page opens that node (and GPU).
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    layer = browser.find_element("css selector", "#heatmap-graph .nsewdrag")
+    ActionChains(browser).move_to_element(layer).click().perform()
+    wait_until(browser, lambda: "/node/" in browser.current_url, 10, "navigation to a node")
+    clicked = browser.current_url.split("/node/", 1)[1]
+    node, gpu = clicked.split("?")[0], clicked.split("gpu=")[1].split("&")[0]
+    assert any(label.endswith(f"/{node}/gpu{gpu}") for label in trace["y"]) and clicked.endswith("&range=15m")
+    title = wait_until(browser, lambda: browser.find_element("id", "node-title").text, 10, "node page")
+    assert title == f"Node {node}, GPU {gpu}"
+    screenshot(browser, "heatmap-click-to-node")
+
+
+def test_filters_live_in_the_url_and_zoom_survives_refreshes(stack: Stack, browser: Any) -> None:
+    open_page(browser, stack.dashboard + "/heatmap?metric=temp_c&range=15m&level=node")
+    (trace,) = graph_data(browser, "heatmap-graph")
+    assert len(trace["y"]) == 4 + test_watch.JOB.nodes, "one row per node"
+    title = browser.execute_script("return document.querySelector('#heatmap-graph .js-plotly-plot').layout.title.text")
+    assert title.startswith("Temperature") and "per node" in title
+    browser.find_element("css selector", "#heatmap-range input[value='1h']").click()
+    wait_until(browser, lambda: "range=1h" in browser.current_url, 10, "the URL to follow the range")
+    assert "metric=temp_c" in browser.current_url and "level=node" in browser.current_url
+    open_page(browser, browser.current_url)  # the shared link restores the view
+    assert browser.find_element("css selector", "#heatmap-range input[value='1h']").is_selected()
+    # Refreshes update the same plot with the same uirevision, which is what makes Plotly keep the
+    # user's zoom and pan (a drag-zoom through Selenium proved too unreliable to assert on).
+    plot = "document.querySelector('#heatmap-graph .js-plotly-plot')"
+    browser.execute_script(f"{plot}.__gpuscope_marker = 1")
+    revision = browser.execute_script(f"return {plot}.layout.uirevision")
+    updates = browser.execute_script(f"return {plot}.data[0].x.slice(-1)[0]")
+    time.sleep(4)  # two refreshes at 1.5 s
+    assert browser.execute_script(f"return {plot}.__gpuscope_marker") == 1, "the plot is updated, not rebuilt"
+    assert browser.execute_script(f"return {plot}.layout.uirevision") == revision == "temp_c-1h-node"
+    assert browser.execute_script(f"return {plot}.data[0].x.slice(-1)[0]") >= updates
+
+
+def test_the_straggler_is_flagged_and_its_culprit_marked(stack: Stack, browser: Any) -> None:
+    open_page(browser, stack.dashboard + "/jobs")
+    flag = wait_until(browser, lambda: browser.find_element("css selector", ".straggler-flag"), 10, "straggler flag")
+    assert "thermal" in flag.text and "train-1-n1 GPU 2" in flag.text
+    screenshot(browser, "jobs-straggler-flag")
+    open_page(browser, stack.dashboard + "/jobs/train-1")
+    layout = browser.execute_script("return document.querySelector('#job-heatmap .js-plotly-plot').layout")
+    (annotation,) = layout["annotations"]
+    assert annotation["text"].startswith("straggler: thermal, ~2") and "slower (now)" in annotation["text"]
+    rows = graph_data(browser, "job-heatmap")[0]["y"]
+    assert rows[round(annotation["y"])] == "r1/train-1-n1/gpu2", "the mark sits on the culprit's row"
+    assert "thermal" in browser.find_element("id", "straggler-table").text
+    screenshot(browser, "job-straggler-marked")
+
+
+def test_a_silence_is_created_and_expired_from_the_alerts_page(stack: Stack, browser: Any) -> None:
+    open_page(browser, stack.dashboard + "/alerts")
+    wait_until(browser, lambda: "GpuOverTemperature" in browser.find_element("id", "alerts-active").text, 20, "alert")
+    browser.find_element("id", "silence-matchers").send_keys("node=node-001, alertname=GpuOverTemperature")
+    browser.find_element("id", "silence-comment").send_keys("fan swap")
+    browser.find_element("id", "silence-token").send_keys("wrong-token-123456")
+    browser.find_element("id", "silence-create").click()
+    wait_until(browser, lambda: "HTTP 401" in browser.find_element("id", "silence-result").text, 10, "refusal")
+    from selenium.webdriver.common.keys import Keys
+
+    token = browser.find_element("id", "silence-token")
+    token.send_keys(Keys.CONTROL, "a")  # as a user does: clear() bypasses the events React listens to
+    token.send_keys(Keys.BACKSPACE, stack.admin_token)
+    browser.find_element("id", "silence-create").click()
+    wait_until(browser, lambda: "Created silence" in browser.find_element("id", "silence-result").text, 10, "creation")
+    wait_until(browser, lambda: "node=node-001" in browser.find_element("id", "silences-table").text, 10, "listing")
+    wait_until(browser, lambda: "silenced by" in browser.find_element("id", "alerts-active").text, 10, "muted alert")
+    screenshot(browser, "alerts-silenced")
+    browser.find_element("css selector", "#silences-table button").click()
+    wait_until(browser, lambda: "Expired silence" in browser.find_element("id", "silence-result").text, 10, "expiry")
+    wait_until(browser, lambda: "No active silences" in browser.find_element("id", "alerts-silences").text, 10, "gone")
+    assert console_errors(browser) == []
