@@ -53,6 +53,11 @@ def banner(text: str, kind: str = "info") -> html.Div:
     )
 
 
+def nothing() -> html.Span:
+    """An output area left empty on purpose (its page says why elsewhere): rendered, not pending."""
+    return html.Span(className="nothing")
+
+
 def badge(severity: str) -> html.Span:
     return html.Span(
         severity or "none",

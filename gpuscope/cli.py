@@ -218,7 +218,7 @@ def _run_dashboard(args: argparse.Namespace) -> None:
     )
     users = read_users(args.basic_auth_file) if args.basic_auth_file else None
     host, port = parse_listen(args.listen)
-    pool = open_read_pool(args.db, max_size=4, timeout=5.0, wait=False)  # up even while the database is not
+    pool = open_read_pool(args.db, max_size=4, timeout=3.0, wait=False)  # up even while the database is not
     server = DashboardServer(create_app(pool, options, users), host, port)
     print(f"gpuscope dashboard on http://{host}:{server.port}" + (" (login required)" if users else ""), flush=True)
     try:

@@ -9,7 +9,7 @@ import httpx
 from dash import ALL, Dash, Input, Output, State, callback_context, dcc, html, no_update
 
 from dashboard import data
-from dashboard.components import ago, badge, banner, guarded, table
+from dashboard.components import ago, badge, banner, guarded, nothing, table
 from dashboard.context import Context
 
 TITLE = "Alerts"
@@ -65,7 +65,7 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
 
 def register(app: Dash, ctx: Context) -> None:
     def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), [], [], [], [], []
+        return banner(message, "error"), nothing(), nothing(), nothing(), nothing(), nothing()
 
     @app.callback(
         Output("alerts-status", "children"),

@@ -10,7 +10,7 @@ from urllib.parse import unquote
 from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import data
-from dashboard.components import ago, banner, guarded, query_params, table
+from dashboard.components import ago, banner, guarded, nothing, query_params, table
 from dashboard.context import Context
 from dashboard.figures import METRICS, Mark, heatmap_figure, message_figure
 
@@ -48,7 +48,7 @@ def layout(ctx: Context, search: str, job_id: str = "", **_: str) -> html.Div:
 
 def register(app: Dash, ctx: Context) -> None:
     def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), message_figure(message), []
+        return banner(message, "error"), message_figure(message), nothing()
 
     @app.callback(
         Output("job-summary", "children"),
@@ -63,7 +63,7 @@ def register(app: Dash, ctx: Context) -> None:
         loaded = data.load_job(ctx.pool, job_id, metric, "6h")
         if loaded.job is None:
             message = f"No job {job_id!r} in the store."
-            return banner(message, "empty"), message_figure(message), []
+            return banner(message, "empty"), message_figure(message), nothing()
         job = loaded.job
         summary = (
             f"user {job.user or '-'} · {job.gpus} GPUs on {len(job.nodes)} nodes · "

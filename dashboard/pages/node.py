@@ -9,7 +9,7 @@ from urllib.parse import unquote
 from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import data
-from dashboard.components import banner, guarded, query_params, query_string, table
+from dashboard.components import banner, guarded, nothing, query_params, query_string, table
 from dashboard.context import Context
 from dashboard.figures import message_figure, nic_figure, series_figure
 
@@ -57,7 +57,7 @@ def layout(ctx: Context, search: str, node: str = "", **_: str) -> html.Div:
 
 def register(app: Dash, ctx: Context) -> None:
     def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), [], message_figure(message), message_figure(message), []
+        return banner(message, "error"), nothing(), message_figure(message), message_figure(message), nothing()
 
     @app.callback(
         Output("node-status", "children"),
@@ -76,7 +76,7 @@ def register(app: Dash, ctx: Context) -> None:
         loaded = data.load_node(ctx.pool, node, index, range_key)
         if loaded is None:
             message = f"No node {node!r} in the inventory."
-            return banner(message, "empty"), [], message_figure(message), message_figure(message), []
+            return banner(message, "empty"), nothing(), message_figure(message), message_figure(message), nothing()
         revision = f"node-{node}-{gpu}-{range_key}"
         reasons = [[f"GPU {i}", decode_reasons(bits)] for i, bits in sorted(loaded.latest_reasons.items())]
         events = [

@@ -8,7 +8,7 @@ from typing import Any
 from dash import Dash, Input, Output, dcc, html
 
 from dashboard import data
-from dashboard.components import ago, badge, banner, guarded, query_params
+from dashboard.components import ago, badge, banner, guarded, nothing, query_params
 from dashboard.context import Context
 from dashboard.figures import heatmap_figure, message_figure, rack_power_figure
 
@@ -37,7 +37,7 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
 
 def register(app: Dash, ctx: Context) -> None:
     def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), [], [], message_figure(message), message_figure(message)
+        return banner(message, "error"), nothing(), nothing(), message_figure(message), message_figure(message)
 
     @app.callback(
         Output("overview-status", "children"),

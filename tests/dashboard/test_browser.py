@@ -106,15 +106,6 @@ async def _watch(dsn: str, now: datetime) -> None:
         await StragglerWatch().cycle(conn, now)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from tests.dashboard.browser import chromium
-
-    require_tool("chromium")
-    with chromium() as driver:
-        yield driver
-
-
 def test_every_page_loads_without_console_errors(stack: Stack, browser: Any) -> None:
     for path in PAGES:
         seconds = open_page(browser, stack.dashboard + path)
