@@ -10,7 +10,7 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from collector import query
-from dashboard.grid import Grid, choose_level, to_grid
+from dashboard.grid import Grid, choose_level, coarsen, to_grid
 
 RANGES_S = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
 HEATMAP_MAX_COLUMNS = 180
@@ -47,8 +47,8 @@ def load_overview(pool: ConnectionPool[Any], range_key: str, metric: str = "util
         summary = query.fleet_summary(conn)
         firing = query.alerts(conn, "firing", limit=200)
         stragglers = query.stragglers(conn, window, active_only=True, limit=50)
-        grid = _grid(conn, metric, window, "auto", summary)
-        power = query.rack_power(conn, window, query.bucket_for(window, POWER_MAX_POINTS))
+        grid = _grid(conn, metric, window, "auto", summary.gpus_known, summary.nodes_known)
+        power = query.rack_power(conn, window, power_bucket(window))
     attention = Attention(firing, stragglers, summary.gpus_known - summary.gpus_reporting)
     return OverviewData(summary, attention, grid, power)
 
@@ -56,13 +56,30 @@ def load_overview(pool: ConnectionPool[Any], range_key: str, metric: str = "util
 def load_grid(pool: ConnectionPool[Any], metric: str, range_key: str, level: str) -> Grid:
     window = time_range(range_key)
     with pool.connection() as conn:
-        return _grid(conn, metric, window, level, query.fleet_summary(conn))
+        gpus, nodes = query.inventory_counts(conn)
+        return _grid(conn, metric, window, level, gpus, nodes)
 
 
-def _grid(conn: Any, metric: str, window: query.TimeRange, level: str, summary: query.FleetSummary) -> Grid:
-    bucket = query.bucket_for(window, HEATMAP_MAX_COLUMNS)
-    columns = len(window.buckets(bucket))
-    chosen = choose_level(summary.gpus_known, summary.nodes_known, columns, level)
+def heatmap_bucket(window: query.TimeRange) -> int:
+    """Whole minutes from an hour up, so the minute and hour rollups answer rather than raw samples."""
+    return query.bucket_for(window, HEATMAP_MAX_COLUMNS, min_bucket_s=60 if window.seconds >= 3600 else 1)
+
+
+def power_bucket(window: query.TimeRange) -> int:
+    """Whole minutes from an hour up: the minute rollup of rack power answers."""
+    return query.bucket_for(window, POWER_MAX_POINTS, min_bucket_s=60 if window.seconds >= 3600 else 1)
+
+
+# Up to this many minute cells, a heatmap of wider buckets is read as minutes (the minute rollup's rows
+# as they are) and widened for the screen: regrouping the rollup in SQL cost more than twice as much.
+MINUTE_CELLS_MAX = 400_000
+
+
+def _grid(conn: Any, metric: str, window: query.TimeRange, level: str, gpus: int, nodes: int) -> Grid:
+    bucket = heatmap_bucket(window)
+    chosen = choose_level(gpus, nodes, len(window.buckets(bucket)), level)
+    if 60 < bucket < 3600 and bucket % 60 == 0 and gpus * window.seconds / 60 <= MINUTE_CELLS_MAX:
+        return to_grid(coarsen(query.heatmap(conn, metric, window, 60), bucket), chosen)
     return to_grid(query.heatmap(conn, metric, window, bucket), chosen)
 
 
@@ -77,7 +94,7 @@ class PowerData:
 def load_power(pool: ConnectionPool[Any], range_key: str, budgets_kw: dict[str, float]) -> PowerData:
     window = time_range(range_key)
     with pool.connection() as conn:
-        power = query.rack_power(conn, window, query.bucket_for(window, POWER_MAX_POINTS))
+        power = query.rack_power(conn, window, power_bucket(window))
         nameplate = query.rack_nameplate_w(conn)
     current = []
     for watts in power.watts:
@@ -123,7 +140,7 @@ def load_job(pool: ConnectionPool[Any], job_id: str, metric: str, range_key: str
             return JobData(None, Grid(metric, 60, "gpu", [], [], _empty()), [])
         end = job.ended_at or query.last(0.001).end
         window = query.TimeRange(max(job.started_at, end - _seconds(range_key)), end)
-        bucket = query.bucket_for(window, HEATMAP_MAX_COLUMNS)
+        bucket = heatmap_bucket(window)
         gpu_ids = query.select_gpus(conn, job=job_id)
         heatmap = query.heatmap(conn, metric, window, bucket, gpu_ids)
         stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from collector.query import NicSeries, RackPower, Series
 from collector.query.arrays import nan_to_none
@@ -42,52 +43,44 @@ def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height
     top = len(labels) - 1
     percent = grid.metric.endswith("_pct")
     title = METRICS.get(grid.metric, grid.metric)
-    figure = go.Figure(
-        go.Heatmap(
-            z=nan_to_none(grid.values[::-1]),
-            x=grid.times,
-            y=labels,
-            zmin=0 if percent else None,
-            zmax=100 if percent else None,
-            colorscale="Viridis",
-            colorbar={"title": {"text": title}},
-            hovertemplate="%{y}<br>%{x}<br>%{z:.1f}<extra></extra>",
-        )
-    )
     per = {"gpu": "GPU", "node": "node (mean of its GPUs)", "rack": "rack (mean of its GPUs)"}[grid.level]
-    figure.update_layout(
-        title=f"{title} per {per}, {grid.bucket_s} s buckets",
-        yaxis={"showticklabels": len(labels) <= 128, "title": None},
-        xaxis={"title": None},
-        height=height or max(360, min(1100, 60 + 7 * len(labels))),
-        margin={"l": 170, "r": 20, "t": 50, "b": 40},
-        uirevision=revision,  # zoom and pan survive refreshes until the view changes
-    )
-    for boundary in _rack_boundaries(grid):
-        figure.add_hline(y=top - boundary + 0.5, line={"color": "white", "width": 1})
+    shapes: list[dict[str, Any]] = [
+        {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": top - b + 0.5, "y1": top - b + 0.5,
+         "line": {"color": "white", "width": 1}}
+        for b in _rack_boundaries(grid)
+    ]  # fmt: skip
+    annotations = []
     for mark in marks:
         y = top - mark.row
-        figure.add_shape(
-            type="rect",
-            xref="paper",
-            x0=0,
-            x1=1,
-            y0=y - 0.5,
-            y1=y + 0.5,
-            line={"color": "#d32f2f", "width": 3},
-            fillcolor="rgba(0,0,0,0)",
-        )
-        figure.add_annotation(
-            xref="paper",
-            x=1,
-            xanchor="right",
-            y=y,
-            text=mark.text,
-            showarrow=False,
-            font={"color": "white"},
-            bgcolor="#d32f2f",
-        )
-    return figure
+        shapes.append({"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": y - 0.5, "y1": y + 0.5,
+                       "line": {"color": "#d32f2f", "width": 3}, "fillcolor": "rgba(0,0,0,0)"})  # fmt: skip
+        annotations.append({"xref": "paper", "x": 1, "xanchor": "right", "y": y, "text": mark.text,
+                            "showarrow": False, "font": {"color": "white"}, "bgcolor": "#d32f2f"})  # fmt: skip
+    heatmap = {
+        "type": "heatmap",
+        # float32 numpy goes out as a base64 typed array (NaN: a gap), not a list of Python floats:
+        # for 1,024 GPUs x 120 buckets that is ~6x faster to encode and a third of the bytes.
+        "z": np.ascontiguousarray(grid.values[::-1], dtype=np.float32),
+        "x": grid.times,
+        "y": labels,
+        "zmin": 0 if percent else None,
+        "zmax": 100 if percent else None,
+        "colorscale": "Viridis",
+        "colorbar": {"title": {"text": title}},
+        "hovertemplate": "%{y}<br>%{x}<br>%{z:.1f}<extra></extra>",
+    }
+    layout = {
+        "title": {"text": f"{title} per {per}, {grid.bucket_s} s buckets"},
+        "yaxis": {"showticklabels": len(labels) <= 128, "title": None},
+        "xaxis": {"title": None},
+        "height": height or max(360, min(1100, 60 + 7 * len(labels))),
+        "margin": {"l": 170, "r": 20, "t": 50, "b": 40},
+        "uirevision": revision,  # zoom and pan survive refreshes until the view changes
+        "shapes": shapes,
+        "annotations": annotations,
+    }
+    # One dict, validated once: add_hline/add_shape per rack cost ~10 ms each.
+    return go.Figure({"data": [{k: v for k, v in heatmap.items() if v is not None}], "layout": layout})
 
 
 def rack_power_figure(data: RackPower, revision: str) -> go.Figure:
@@ -159,35 +152,31 @@ def budget_figure(racks: list[str], current_kw: list[float | None], budget_kw: l
 
 
 def series_figure(data: Series, metrics: Sequence[str], revision: str) -> go.Figure:
-    """Small multiples: one panel per metric, one line per GPU."""
+    """Small multiples: one panel per metric (stacked, sharing the time axis), one line per GPU. Built
+    as one dict: make_subplots and a validated add_trace per line cost more than the query."""
     if not data.rows:
         return message_figure("This node has no GPUs in the inventory.")
-    figure = make_subplots(
-        rows=len(metrics),
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.03,
-        subplot_titles=[METRICS.get(m, m) for m in metrics],
-    )
+    panels, gap = len(metrics), 0.03
+    traces: list[dict[str, Any]] = []
+    layout: dict[str, Any] = {
+        "height": 170 * panels + 60,
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 30},
+        "uirevision": revision,
+        "annotations": [],
+        "xaxis": {"anchor": f"y{panels}"},
+    }
     for panel, metric in enumerate(metrics, start=1):
+        axis = "y" if panel == 1 else f"y{panel}"
+        low, high = 1 - panel / panels + gap / 2, 1 - (panel - 1) / panels - gap / 2
+        layout["yaxis" if panel == 1 else f"yaxis{panel}"] = {"domain": [max(low, 0), min(high, 1)], "anchor": "x"}
+        layout["annotations"].append({"text": METRICS.get(metric, metric), "xref": "paper", "yref": "paper",
+                                      "x": 0.5, "y": high, "yanchor": "bottom", "showarrow": False})  # fmt: skip
         for row, values in zip(data.rows, data.values[metric], strict=True):
-            figure.add_trace(
-                go.Scatter(
-                    x=data.times,
-                    y=nan_to_none(values),
-                    name=f"gpu{row.gpu_index}",
-                    legendgroup=f"gpu{row.gpu_index}",
-                    showlegend=panel == 1,
-                    mode="lines",
-                    hovertemplate=f"gpu{row.gpu_index}<br>%{{x}}<br>%{{y:.1f}}<extra></extra>",
-                ),
-                row=panel,
-                col=1,
-            )
-    figure.update_layout(
-        height=170 * len(metrics) + 60, margin={"l": 60, "r": 20, "t": 40, "b": 30}, uirevision=revision
-    )
-    return figure
+            name = f"gpu{row.gpu_index}"
+            traces.append({"type": "scatter", "mode": "lines", "x": data.times, "y": values.astype(np.float32),
+                           "xaxis": "x", "yaxis": axis, "name": name, "legendgroup": name, "showlegend": panel == 1,
+                           "hovertemplate": f"{name}<br>%{{x}}<br>%{{y:.1f}}<extra></extra>"})  # fmt: skip
+    return go.Figure({"data": traces, "layout": layout})
 
 
 def nic_figure(data: NicSeries, revision: str) -> go.Figure:

@@ -120,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure against the targets in DESIGN.md")
     bench.add_argument(
-        "target", choices=["exporter", "ingest", "query", "stragglers", "alerts"], help="what to measure"
+        "target", choices=["exporter", "ingest", "query", "stragglers", "alerts", "dashboard"], help="what to measure"
     )
     bench.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
     bench.add_argument(
@@ -132,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run_bench(args: argparse.Namespace) -> None:
     from gpuscope.bench import alerts as alerts_bench
+    from gpuscope.bench import dashboard as dashboard_bench
     from gpuscope.bench import exporter, ingest, query, stragglers
     from gpuscope.bench.report import emit
 
@@ -142,6 +143,7 @@ def _run_bench(args: argparse.Namespace) -> None:
         "query": query.run,
         "stragglers": stragglers.run,
         "alerts": alerts_bench.run,
+        "dashboard": dashboard_bench.run,
     }
     emit(args.target, runs[args.target](), args.json)
 

@@ -4,7 +4,7 @@ from collector.query.alerts import AlertRow, NotificationRow, RuleStatus, alerts
 from collector.query.events import EventRow, events
 from collector.query.fleet import FleetSummary, fleet_summary
 from collector.query.heatmap import Heatmap, Series, heatmap, series
-from collector.query.inventory import GpuRow, PortRow, select_gpus, select_ports
+from collector.query.inventory import GpuRow, PortRow, inventory_counts, select_gpus, select_ports
 from collector.query.jobs import JobGpu, JobRow, JobState, Usage, job, job_gpus, jobs
 from collector.query.nic import NicSeries, nic_series
 from collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
@@ -34,6 +34,7 @@ __all__ = [
     "events",
     "fleet_summary",
     "heatmap",
+    "inventory_counts",
     "job",
     "job_gpus",
     "jobs",

@@ -77,3 +77,9 @@ def select_ports(conn: Connection[Any], cluster: str | None = None, nodes: Seque
         {"cluster": cluster, "nodes": list(nodes)},
     ).fetchall()
     return [PortRow(*row) for row in rows]
+
+
+def inventory_counts(conn: Connection[Any]) -> tuple[int, int]:
+    """How many GPUs and nodes the store knows."""
+    row = conn.execute("SELECT (SELECT count(*) FROM gpu), (SELECT count(*) FROM node)").fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)

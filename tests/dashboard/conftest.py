@@ -11,7 +11,7 @@ from tests.conftest import require_tool
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Chromium for this module's tests (required in CI, skipped locally without it)."""
-    from tests.dashboard.browser import chromium
+    from gpuscope.bench.browser import chromium
 
     require_tool("chromium")
     require_tool("chromedriver")

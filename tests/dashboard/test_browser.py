@@ -30,8 +30,8 @@ from dashboard.server import DashboardServer
 from exporter.node_exporter import ExporterConfig, NodeExporter
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from exporter.sim.training import Fault, simulate
+from gpuscope.bench.browser import console_errors, graph_data, open_page, screenshot, wait_until
 from tests.conftest import RunningCollector, new_database, require_tool
-from tests.dashboard.browser import console_errors, graph_data, open_page, screenshot, wait_until
 from tests.stragglers import test_watch
 
 RULES = """

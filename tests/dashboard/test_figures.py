@@ -24,7 +24,8 @@ def test_heatmap_figure_keeps_gaps_and_scales_percent() -> None:
     trace = figure.data[0]
     # Plotted bottom-up so that the first rack is on top.
     assert list(trace.y) == ["rack-1/n1/gpu1", "rack-1/n1/gpu0", "rack-0/n0/gpu1", "rack-0/n0/gpu0"]
-    assert trace.z[3][1] is None and list(trace.z[0]) == [None, None]
+    assert np.isnan(trace.z[3][1]) and np.isnan(trace.z[0]).all(), "gaps stay gaps (NaN in the typed array)"
+    assert trace.z.dtype == np.float32
     assert (trace.zmin, trace.zmax) == (0, 100)
     assert figure.layout.uirevision == "1h"
     line, box = figure.layout.shapes
@@ -56,3 +57,14 @@ def test_rack_power_figure_in_kilowatts() -> None:
     assert {trace.stackgroup for trace in figure.data} == {"racks"}, "stacked: the top line is the cluster"
     assert list(figure.data[0].y) == [5.6, None]
     assert figure.layout.uirevision == "6h"
+
+
+def test_coarsen_widens_buckets_for_the_screen() -> None:
+    from dashboard.grid import coarsen
+
+    rows = [GpuRow(1, "c", "r", "n", 0, "GPU-1")]
+    times = [T0 + timedelta(minutes=m) for m in range(5)]  # T0 is on a 2-minute boundary
+    values = np.array([[10.0, 20.0, np.nan, 40.0, 50.0]])
+    wide = coarsen(Heatmap("util_pct", 60, rows, times, values), 120)
+    assert wide.bucket_s == 120 and wide.times == [T0, T0 + timedelta(minutes=2), T0 + timedelta(minutes=4)]
+    assert wide.values.tolist() == [[15.0, 40.0, 50.0]], "a missing minute does not count as zero"

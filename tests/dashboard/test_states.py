@@ -17,9 +17,9 @@ from dashboard.app import create_app
 from dashboard.auth import BasicAuthError, hash_password, read_users
 from dashboard.context import DashboardOptions, read_rack_budgets
 from dashboard.server import DashboardServer
+from gpuscope.bench.browser import console_errors, open_page, screenshot
 from gpuscope.listen import free_loopback_port
 from tests.alerts.telemetry import ensure_partitions
-from tests.dashboard.browser import console_errors, open_page, screenshot
 
 
 def serve(pool: Any, users: dict[str, str] | None = None, refresh_ms: int = 2000) -> DashboardServer:

@@ -1,0 +1,110 @@
+"""Dashboard speed: 24 h of 10 s samples for 1,024 GPUs (as `bench query` loads them) plus 64 running
+jobs, the dashboard served on loopback, and headless Chromium opening each page: the time to its
+first full render (every graph drawn, every table filled, no callback in flight). Then the heatmap's
+update callback timed on the server side, as the page's refresh timer calls it."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+from collector.embedded_pg import EmbeddedPostgres
+from collector.store.migrate import migrate
+from collector.store.pools import open_read_pool
+from dashboard.app import create_app
+from dashboard.server import DashboardServer
+from gpuscope.bench import query as query_bench
+from gpuscope.bench.browser import chromium, open_page
+
+PAGES = ("/", "/heatmap", "/power", "/jobs", "/jobs/job-07", "/node/node-042", "/alerts")
+CALLBACK_RUNS = 10
+
+
+def run() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-dashboard-") as tmp:
+        Path(tmp).chmod(0o711)  # as root, PostgreSQL runs as 'postgres' and must pass through
+        with EmbeddedPostgres(Path(tmp) / "db") as pg:
+            migrate(pg.dsn)
+            now = datetime.now(UTC).replace(microsecond=0)
+            started = time.perf_counter()
+            rows = query_bench._load(pg.dsn, now)
+            asyncio.run(query_bench._roll_up_all(pg.dsn, now))
+            _add_jobs(pg.dsn)
+            load_s = time.perf_counter() - started
+            pool = open_read_pool(pg.dsn, max_size=4)
+            server = DashboardServer(create_app(pool), "127.0.0.1", 0)
+            server.start()
+            base = f"http://127.0.0.1:{server.port}"
+            try:
+                renders = _renders(base)
+                callbacks = {key: _callback_ms(base, key) for key in ("1h", "6h", "24h")}
+            finally:
+                server.stop()
+                pool.close()
+    figures: dict[str, Any] = {
+        "gpus": query_bench.NODES * query_bench.GPUS_PER_NODE,
+        "rows_loaded": rows,
+        "load_seconds": round(load_s, 1),
+        "first_page_cold_s": renders.pop("cold"),
+    }
+    figures["render_s"] = renders
+    figures["render_s_max"] = max(renders.values())
+    for key, times in callbacks.items():
+        figures[f"heatmap_callback_ms_p50_{key}"] = round(statistics.median(times), 1)
+        figures[f"heatmap_callback_ms_p95_{key}"] = round(statistics.quantiles(times, n=20)[18], 1)
+    return figures
+
+
+def _add_jobs(dsn: str) -> None:
+    """64 jobs of 16 GPUs (two nodes each), running for the last two hours."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO job_allocation (job_id, username, node_id, gpu_id, started_at, last_seen)"
+            " SELECT 'job-' || lpad(((node_id - 1) / 2)::text, 2, '0'), 'user' || (node_id % 7), node_id, gpu_id,"
+            " now() - interval '2 hours', now() FROM gpu"
+        )
+
+
+def _renders(base: str) -> dict[str, float]:
+    """Seconds to each page's first full render. The first page is opened twice: once with an empty
+    browser cache (the Dash and Plotly bundles are fetched), then like every other page."""
+    out: dict[str, float] = {}
+    with chromium() as driver:
+        out["cold"] = round(open_page(driver, base + PAGES[0], timeout=60), 2)
+        for path in PAGES:
+            driver.get("about:blank")
+            out[path] = round(open_page(driver, base + path, timeout=60), 2)
+    return out
+
+
+def _callback_ms(base: str, range_key: str) -> list[float]:
+    """Server time of the heatmap page's refresh callback (util, `range_key`, automatic rows)."""
+    outputs = [{"id": "heatmap-status", "property": "children"}, {"id": "heatmap-graph", "property": "figure"}]
+    inputs = [
+        {"id": "refresh", "property": "n_intervals", "value": 1},
+        {"id": "heatmap-metric", "property": "value", "value": "util_pct"},
+        {"id": "heatmap-range", "property": "value", "value": range_key},
+        {"id": "heatmap-level", "property": "value", "value": "auto"},
+    ]
+    payload = {
+        "output": "..heatmap-status.children...heatmap-graph.figure..",
+        "outputs": outputs,
+        "inputs": inputs,
+        "changedPropIds": ["refresh.n_intervals"],
+    }
+    times = []
+    with httpx.Client(timeout=60) as client:
+        client.post(f"{base}/_dash-update-component", json=payload).raise_for_status()  # warm
+        for _ in range(CALLBACK_RUNS):
+            started = time.perf_counter()
+            client.post(f"{base}/_dash-update-component", json=payload).raise_for_status()
+            times.append((time.perf_counter() - started) * 1000)
+    return times
