@@ -16,6 +16,7 @@ RANGES_S = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
 HEATMAP_MAX_COLUMNS = 180
 POWER_MAX_POINTS = 240
 SERIES_MAX_POINTS = 240
+OVERVIEW_GPU_ROWS_MAX = 256
 
 
 def time_range(range_key: str) -> query.TimeRange:
@@ -47,7 +48,9 @@ def load_overview(pool: ConnectionPool[Any], range_key: str, metric: str = "util
         summary = query.fleet_summary(conn)
         firing = query.alerts(conn, "firing", limit=200)
         stragglers = query.stragglers(conn, window, active_only=True, limit=50)
-        grid = _grid(conn, metric, window, "auto", summary.gpus_known, summary.nodes_known)
+        # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
+        level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
+        grid = _grid(conn, metric, window, level, summary.gpus_known, summary.nodes_known)
         power = query.rack_power(conn, window, power_bucket(window))
     attention = Attention(firing, stragglers, summary.gpus_known - summary.gpus_reporting)
     return OverviewData(summary, attention, grid, power)
