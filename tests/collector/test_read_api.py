@@ -128,7 +128,12 @@ def test_events_and_fleet(loaded: Loaded) -> None:
         "gpus_up": 8,
         "mean_util_pct": pytest.approx(35.0),
         "total_power_w": pytest.approx(828.0),
+        "running_jobs": fleet["running_jobs"],
+        "nodes_known": 1,
     }
+    with psycopg.connect(loaded.collector.dsn) as conn:
+        running = conn.execute("SELECT count(DISTINCT job_id) FROM job_allocation WHERE ended_at IS NULL").fetchone()
+    assert running == (fleet["running_jobs"],)
 
 
 @pytest.mark.parametrize(
