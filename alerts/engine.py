@@ -23,6 +23,7 @@ from alerts.dispatch import dispatch
 from alerts.evaluate import RuleResult, evaluate_group
 from alerts.rules import Group
 from alerts.state import Instance
+from collector.leader import lead_when_free
 
 log = logging.getLogger(__name__)
 
@@ -121,20 +122,12 @@ class AlertEngine:
         return results
 
     async def run(self, dsn: str) -> None:
-        """Forever: take the lock when free, then lead until the connection fails or the task is cancelled."""
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                    cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,))
-                    row = await cur.fetchone()
-                    if row and row[0]:
-                        log.info("this collector evaluates the alert rules (%d groups)", len(self.groups))
-                        await self._lead(conn, dsn)
-            except psycopg.Error as exc:
-                log.warning("alert engine interrupted (will retry): %s", exc)
-            except Exception:  # a bug must not end alerting for good: log it and start over
-                log.exception("alert engine failed (will retry)")
-            await asyncio.sleep(max(self.tick_s * 4, 1.0))
+        """Forever: lead while this collector holds the alert lock, else wait to take over."""
+
+        async def lead(conn: AsyncConnection[Any]) -> None:
+            await self._lead(conn, dsn)
+
+        await lead_when_free(dsn, LOCK_KEY, lead, "alert engine", retry_s=max(self.tick_s * 4, 1.0))
 
     async def _lead(self, conn: AsyncConnection[Any], dsn: str) -> None:
         await self.load(conn)

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 from fastapi import Depends, FastAPI
@@ -20,6 +21,7 @@ from collector.api.deps import require_read_token
 from collector.api.fast_ingest import FastIngest
 from collector.auth import TokenAuth
 from collector.ingest.state import IngestState
+from collector.leader import lead_when_free
 from collector.store import allocations, rollups, timescale
 from collector.store.group_writer import MAX_GROUP, GroupWriter
 from collector.store.migrate import migrate
@@ -125,21 +127,12 @@ async def _maintenance(
 
 
 async def _watch_stragglers(dsn: str, every_s: float = 15.0) -> None:
-    """The straggler watch, in one collector at a time: whichever holds the advisory lock on its own
-    connection runs it; the others wait to take over when that connection goes."""
+    """The straggler watch, in one collector at a time (collector/leader.py)."""
     watcher = StragglerWatch()
-    while True:
-        try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (STRAGGLER_LOCK_KEY,))
-                row = await cur.fetchone()
-                if row and row[0]:
-                    log.info("this collector runs the straggler watch")
-                    while True:
-                        await watcher.cycle(conn)
-                        await asyncio.sleep(every_s)
-        except psycopg.Error as exc:
-            log.warning("straggler watch interrupted (will retry): %s", exc)
-        except Exception:  # a bug must not end the watch for good: log it and start over
-            log.exception("straggler watch failed (will retry)")
-        await asyncio.sleep(2 * every_s)
+
+    async def watch(conn: psycopg.AsyncConnection[Any]) -> None:
+        while True:
+            await watcher.cycle(conn)
+            await asyncio.sleep(every_s)
+
+    await lead_when_free(dsn, STRAGGLER_LOCK_KEY, watch, "straggler watch", retry_s=2 * every_s)
