@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,7 +23,9 @@ async def lead_when_free(
     `retry_s`, try again. Database trouble and bugs alike end only this attempt, never the task."""
     while True:
         try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            # Named after the process, so pg_stat_activity tells which collector leads.
+            name = f"gpuscope {what} pid {os.getpid()}"
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, application_name=name) as conn:
                 cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key,))
                 row = await cur.fetchone()
                 if row and row[0]:

@@ -1,0 +1,138 @@
+"""Scale-out: two collector processes on one database. Exporters push to both; every batch is stored
+once. One collector evaluates the alert rules; killed (SIGKILL), the other takes over, announces what
+fires next, and does not announce again what was already sent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from alerts.engine import LOCK_KEY
+from exporter.node_exporter import ExporterConfig, NodeExporter
+from exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.listen import free_loopback_port
+from tests.alerts.receiver import ChatReceiver
+from tests.conftest import count_rows
+from tests.test_cli import GPUSCOPE
+
+TOKEN = "s" * 32
+RULES = """
+groups:
+  - name: gpu
+    interval: 1s
+    rules:
+      - alert: GpuOverTemperature
+        expr: SELECT cluster, node, gpu, temp_c AS value FROM gpu_latest WHERE temp_c >= 85
+        labels: {severity: warning}
+"""
+
+
+def start_collector(dsn: str, port: int, tmp_path: Path, notify: Path) -> subprocess.Popen[str]:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    command = [*GPUSCOPE, "collector", "--db", dsn, "--listen", f"127.0.0.1:{port}", "--token-file",
+               str(tmp_path / "token"), "--rules", str(rules), "--notify-config", str(notify)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    raise AssertionError("collector did not start")
+
+
+def leader_pid(dsn: str) -> int | None:
+    """The process whose connection holds the alert lock (collectors name their connections)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+            " WHERE l.locktype = 'advisory' AND l.granted AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
+            (LOCK_KEY,),
+        ).fetchone()
+    return int(row[0].rsplit(" ", 1)[1]) if row else None
+
+
+@pytest.fixture
+def receiver() -> Iterator[ChatReceiver]:
+    with ChatReceiver() as chat:
+        yield chat
+
+
+def test_two_collectors_store_everything_once_and_hand_over_alerting(
+    dsn: str, tmp_path: Path, receiver: ChatReceiver
+) -> None:
+    (tmp_path / "token").write_text(TOKEN)
+    (tmp_path / "token").chmod(0o600)
+    notify = tmp_path / "notify.yaml"
+    notify.write_text(
+        "route: {receiver: ops, group_by: [alertname, node], group_wait: 0s, group_interval: 1s}\n"
+        f"receivers: [{{name: ops, kind: webhook, url: '{receiver.url}/hook', min_interval: 0s}}]\n"
+    )
+    ports = [free_loopback_port(), free_loopback_port()]
+    collectors = [start_collector(dsn, port, tmp_path, notify) for port in ports]
+    topology = build_topology(4, 4, 2, cluster="scale")
+    sources = [SimNodeSource(node, JobSchedule(topology, 2), 2) for node in topology]
+
+    def make_exporter(index: int, port: int) -> NodeExporter:
+        node = topology[index]
+        config = ExporterConfig(node.cluster, node.rack, node.name, interval=0.2, token=TOKEN, push_interval=0.4,
+                                push_url=f"http://127.0.0.1:{port}")  # fmt: skip
+        return NodeExporter(sources[index], config)
+
+    exporters = [make_exporter(i, ports[i % 2]) for i in range(len(topology))]  # interleaved over both collectors
+    try:
+        for exporter in exporters:
+            exporter.start()
+        time.sleep(3)
+        sources[0].fail_cooling(1, 60.0)
+        (first,) = receiver.wait_for("/hook", 1, timeout=20)
+        assert first.body["groupLabels"] == {"alertname": "GpuOverTemperature", "node": topology[0].name}
+        for exporter in exporters:  # the pushers drain: everything sent is acknowledged
+            exporter.stop()
+        sent = sum(e.pusher.stats.snapshots_sent for e in exporters if e.pusher) * 4
+        assert sent > 0 and count_rows(dsn, "gpu_sample") == sent, "every batch stored exactly once"
+
+        leader = leader_pid(dsn)
+        assert leader in {c.pid for c in collectors}, "one of the two collectors leads"
+        survivor = next(i for i, c in enumerate(collectors) if c.pid != leader)
+        os.kill(leader, signal.SIGKILL)  # no clean shutdown: its connections just go
+        killed_at = time.monotonic()
+        # Alerting goes on in the survivor: a GPU on a node pushing to it overheats.
+        hot = next(i for i in range(len(exporters)) if i % 2 == survivor)
+        sources[hot].fail_cooling(2, 60.0)
+        late = make_exporter(hot, ports[survivor])
+        still = make_exporter(0, ports[survivor])  # node 0 is still hot: its alert must not be announced again
+        late.start()
+        still.start()
+        try:
+            _, second = receiver.wait_for("/hook", 2, timeout=30)
+            took = time.monotonic() - killed_at
+            assert leader_pid(dsn) == collectors[survivor].pid
+            assert second.body["groupLabels"]["node"] == topology[hot].name
+            assert took < 15, f"the survivor took {took:.1f} s to take over and announce"
+            time.sleep(3)  # a few more evaluations by the survivor
+            assert len(receiver.at("/hook")) == 2, "node 0's alert, already announced, is not announced again"
+        finally:
+            late.stop()
+            still.stop()
+    finally:
+        for exporter in exporters:
+            exporter.stop()
+        for process in collectors:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
