@@ -135,4 +135,5 @@ async def _watch_stragglers(dsn: str, every_s: float = 15.0) -> None:
             await watcher.cycle(conn)
             await asyncio.sleep(every_s)
 
-    await lead_when_free(dsn, STRAGGLER_LOCK_KEY, watch, "straggler watch", retry_s=2 * every_s)
+    # Followers retry well within one watch interval, so a new leader is found before the next cycle.
+    await lead_when_free(dsn, STRAGGLER_LOCK_KEY, watch, "straggler watch", retry_s=min(every_s / 3, 5.0))
