@@ -8,10 +8,7 @@ database or on a private PostgreSQL started for the check, so a misspelt view or
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -56,15 +53,10 @@ def check_sql(dsn: str, groups: list[Group], timeout_s: float = 10.0) -> list[st
 @contextlib.contextmanager
 def scratch_database() -> Iterator[str]:
     """A private PostgreSQL with gpuscope's schema and the alert views, removed afterwards."""
-    from collector.embedded_pg import EmbeddedPostgres
+    from collector.embedded_pg import throwaway_postgres
     from collector.store.migrate import migrate
 
-    data_dir = Path(tempfile.mkdtemp(prefix="gpuscope-check-"))
-    data_dir.chmod(0o711)  # as root the server runs as 'postgres' and must reach its directory
-    try:
-        with EmbeddedPostgres(data_dir / "pg", settings={"fsync": "off"}) as server:
-            migrate(server.dsn)
-            views.apply(server.dsn)
-            yield server.dsn
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with throwaway_postgres("gpuscope-check-", settings={"fsync": "off"}) as server:
+        migrate(server.dsn)
+        views.apply(server.dsn)
+        yield server.dsn

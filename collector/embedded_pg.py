@@ -17,7 +17,9 @@ import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +229,15 @@ class EmbeddedPostgres:
             return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no server log)"
+
+
+@contextlib.contextmanager
+def throwaway_postgres(prefix: str, settings: dict[str, str] | None = None) -> Iterator[EmbeddedPostgres]:
+    """A private server in a temporary directory, removed afterwards (benchmarks, `alerts check`)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        Path(tmp).chmod(0o711)  # as root, PostgreSQL runs as 'postgres' and must pass through
+        with EmbeddedPostgres(Path(tmp) / "db", settings=settings) as pg:
+            yield pg
 
 
 def _server_user() -> pwd.struct_passwd | None:

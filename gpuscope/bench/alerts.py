@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +19,7 @@ from alerts import views
 from alerts.config import parse_notify_config
 from alerts.engine import AlertEngine
 from alerts.rules import default_rules_text, parse_rules
-from collector.embedded_pg import EmbeddedPostgres
+from collector.embedded_pg import throwaway_postgres
 from collector.store import partitions, rollups
 from collector.store.copy_binary import CopyColumn, encode
 from collector.store.migrate import migrate
@@ -32,16 +30,14 @@ CYCLES = 10
 
 
 def run() -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-alerts-") as tmp:
-        Path(tmp).chmod(0o711)  # as root, PostgreSQL runs as 'postgres' and must pass through
-        with EmbeddedPostgres(Path(tmp) / "db") as pg:
-            migrate(pg.dsn)
-            views.apply(pg.dsn)
-            now = datetime.now(UTC).replace(microsecond=0)
-            started = time.perf_counter()
-            rows = _load(pg.dsn, now)
-            load_s = time.perf_counter() - started
-            figures = asyncio.run(_measure(pg.dsn))
+    with throwaway_postgres("gpuscope-bench-alerts-") as pg:
+        migrate(pg.dsn)
+        views.apply(pg.dsn)
+        now = datetime.now(UTC).replace(microsecond=0)
+        started = time.perf_counter()
+        rows = _load(pg.dsn, now)
+        load_s = time.perf_counter() - started
+        figures = asyncio.run(_measure(pg.dsn))
     return {"gpus": NODES * GPUS_PER_NODE, "ports": NODES * PORTS_PER_NODE, "rows_loaded": rows,
             "load_seconds": round(load_s, 1), **figures}  # fmt: skip
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import tempfile
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
-from collector.embedded_pg import EmbeddedPostgres
+from collector.embedded_pg import throwaway_postgres
 from collector.store.migrate import migrate
 from collector.store.pools import open_read_pool
 from dashboard.app import create_app
@@ -29,26 +27,24 @@ CALLBACK_RUNS = 10
 
 
 def run() -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-dashboard-") as tmp:
-        Path(tmp).chmod(0o711)  # as root, PostgreSQL runs as 'postgres' and must pass through
-        with EmbeddedPostgres(Path(tmp) / "db") as pg:
-            migrate(pg.dsn)
-            now = datetime.now(UTC).replace(microsecond=0)
-            started = time.perf_counter()
-            rows = query_bench._load(pg.dsn, now)
-            asyncio.run(query_bench._roll_up_all(pg.dsn, now))
-            _add_jobs(pg.dsn)
-            load_s = time.perf_counter() - started
-            pool = open_read_pool(pg.dsn, max_size=4)
-            server = DashboardServer(create_app(pool), "127.0.0.1", 0)
-            server.start()
-            base = f"http://127.0.0.1:{server.port}"
-            try:
-                renders = _renders(base)
-                callbacks = {key: _callback_ms(base, key) for key in ("1h", "6h", "24h")}
-            finally:
-                server.stop()
-                pool.close()
+    with throwaway_postgres("gpuscope-bench-dashboard-") as pg:
+        migrate(pg.dsn)
+        now = datetime.now(UTC).replace(microsecond=0)
+        started = time.perf_counter()
+        rows = query_bench._load(pg.dsn, now)
+        asyncio.run(query_bench._roll_up_all(pg.dsn, now))
+        _add_jobs(pg.dsn)
+        load_s = time.perf_counter() - started
+        pool = open_read_pool(pg.dsn, max_size=4)
+        server = DashboardServer(create_app(pool), "127.0.0.1", 0)
+        server.start()
+        base = f"http://127.0.0.1:{server.port}"
+        try:
+            renders = _renders(base)
+            callbacks = {key: _callback_ms(base, key) for key in ("1h", "6h", "24h")}
+        finally:
+            server.stop()
+            pool.close()
     figures: dict[str, Any] = {
         "gpus": query_bench.NODES * query_bench.GPUS_PER_NODE,
         "rows_loaded": rows,

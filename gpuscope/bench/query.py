@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
 
 from collector import query
-from collector.embedded_pg import EmbeddedPostgres
+from collector.embedded_pg import throwaway_postgres
 from collector.store import partitions, rollups
 from collector.store.copy_binary import CopyColumn, encode
 from collector.store.migrate import migrate
@@ -29,22 +27,20 @@ RUNS = 20
 
 
 def run() -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-query-") as tmp:
-        Path(tmp).chmod(0o711)  # as root, PostgreSQL runs as 'postgres' and must pass through
-        with EmbeddedPostgres(Path(tmp) / "db") as pg:
-            migrate(pg.dsn)
-            now = datetime.now(UTC).replace(microsecond=0)
-            load_started = time.perf_counter()
-            rows = _load(pg.dsn, now)
-            rolled = asyncio.run(_roll_up_all(pg.dsn, now))
-            load_s = time.perf_counter() - load_started
-            with psycopg.connect(pg.dsn, autocommit=True) as conn:
-                conn.execute("VACUUM ANALYZE")
-                six_hours = query.TimeRange(now - timedelta(hours=6), now)
-                day = query.TimeRange(now - timedelta(hours=HOURS), now)
-                heatmap = _timed(lambda: query.heatmap(conn, "util_pct", six_hours, 60))
-                power = _timed(lambda: query.rack_power(conn, day, query.bucket_for(day)))
-                check = query.heatmap(conn, "util_pct", six_hours, 60)
+    with throwaway_postgres("gpuscope-bench-query-") as pg:
+        migrate(pg.dsn)
+        now = datetime.now(UTC).replace(microsecond=0)
+        load_started = time.perf_counter()
+        rows = _load(pg.dsn, now)
+        rolled = asyncio.run(_roll_up_all(pg.dsn, now))
+        load_s = time.perf_counter() - load_started
+        with psycopg.connect(pg.dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+            six_hours = query.TimeRange(now - timedelta(hours=6), now)
+            day = query.TimeRange(now - timedelta(hours=HOURS), now)
+            heatmap = _timed(lambda: query.heatmap(conn, "util_pct", six_hours, 60))
+            power = _timed(lambda: query.rack_power(conn, day, query.bucket_for(day)))
+            check = query.heatmap(conn, "util_pct", six_hours, 60)
     return {
         "gpus": NODES * GPUS_PER_NODE,
         "rows_loaded": rows,
