@@ -111,7 +111,7 @@ def _test_notify(args: argparse.Namespace) -> int:
 
 
 def sample_message(resolved: bool = False) -> Any:
-    from alerts.notify.message import Alert, Message
+    from alerts.notify.message import Alert, Message, rfc3339
 
     now = dt.datetime.now(dt.UTC)
     labels = {"alertname": "GpuOverTemperature", "severity": "warning", "cluster": "demo", "node": "gpu-node-01",
@@ -123,8 +123,8 @@ def sample_message(resolved: bool = False) -> Any:
             "summary": "GPU 3 on gpu-node-01 is at 91 °C (gpuscope test notification)",
             "description": "Sent by `gpuscope alerts test-notify`; nothing is wrong.",
         },
-        starts_at=(now - dt.timedelta(minutes=3)).isoformat().replace("+00:00", "Z"),
-        ends_at=now.isoformat().replace("+00:00", "Z") if resolved else None,
+        starts_at=rfc3339(now - dt.timedelta(minutes=3)),
+        ends_at=rfc3339(now) if resolved else None,
         fingerprint="0000000000000000",
         generator_url="http://127.0.0.1:8050/alerts",
         value=91.0,

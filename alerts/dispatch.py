@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from alerts.config import InhibitRule, NotifyConfig, Route
 from alerts.matchers import all_match
-from alerts.notify.message import Alert, Message
+from alerts.notify.message import Alert, Message, rfc3339
 from alerts.silences import Silence, active_silences
 from alerts.state import Instance
 
@@ -193,13 +193,9 @@ def to_alert(inst: Instance, external_url: str) -> Alert:
         status="resolved" if inst.state == "resolved" else "firing",
         labels=inst.labels,
         annotations=inst.annotations,
-        starts_at=_rfc3339(started),
-        ends_at=_rfc3339(inst.resolved_at) if inst.resolved_at and inst.state == "resolved" else None,
+        starts_at=rfc3339(started),
+        ends_at=rfc3339(inst.resolved_at) if inst.resolved_at and inst.state == "resolved" else None,
         fingerprint=inst.fingerprint,
         generator_url=f"{external_url}/alerts?fingerprint={inst.fingerprint}",
         value=inst.value,
     )
-
-
-def _rfc3339(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")

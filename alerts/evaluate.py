@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, sql
 
+from alerts.notify.message import rfc3339
 from alerts.rules import Group, Rule
 
 NUMERIC_OIDS = {20, 21, 23, 700, 701, 1700}  # int8, int2, int4, float4, float8, numeric
@@ -123,7 +124,7 @@ def label_text(cell: Any) -> str:
     if isinstance(cell, float):
         return str(int(cell)) if cell.is_integer() else repr(cell)
     if isinstance(cell, dt.datetime):
-        return cell.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+        return rfc3339(cell)
     if isinstance(cell, dict | list):
         return json.dumps(cell, sort_keys=True)
     return str(cell)

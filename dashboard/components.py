@@ -14,10 +14,11 @@ import psycopg
 from dash import dcc, html
 from psycopg_pool import PoolTimeout
 
+from alerts.notify.message import SEVERITY_COLOURS, UNKNOWN_COLOUR
+
 log = logging.getLogger(__name__)
 
 NAV = (("/", "Overview"), ("/heatmap", "Heatmap"), ("/power", "Power"), ("/jobs", "Jobs"), ("/alerts", "Alerts"))
-SEVERITY_COLOURS = {"critical": "#d32f2f", "error": "#d32f2f", "warning": "#f9a825", "info": "#1976d2"}
 
 
 def nav() -> html.Nav:
@@ -63,7 +64,7 @@ def badge(severity: str) -> html.Span:
         severity or "none",
         className=f"badge badge-{severity}",
         style={
-            "background": SEVERITY_COLOURS.get(severity, "#757575"),
+            "background": f"#{SEVERITY_COLOURS.get(severity, UNKNOWN_COLOUR):06x}",  # the chat messages' palette
             "color": "white",
             "padding": "0 0.5em",
             "borderRadius": "3px",

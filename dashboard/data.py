@@ -51,7 +51,7 @@ def load_overview(pool: ConnectionPool[Any], range_key: str, metric: str = "util
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
         level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
         grid = _grid(conn, metric, window, level, summary.gpus_known, summary.nodes_known)
-        power = query.rack_power(conn, window, power_bucket(window))
+        power = query.rack_power(conn, window, rollup_bucket(window, POWER_MAX_POINTS))
     attention = Attention(firing, stragglers, summary.gpus_known - summary.gpus_reporting)
     return OverviewData(summary, attention, grid, power)
 
@@ -63,14 +63,9 @@ def load_grid(pool: ConnectionPool[Any], metric: str, range_key: str, level: str
         return _grid(conn, metric, window, level, gpus, nodes)
 
 
-def heatmap_bucket(window: query.TimeRange) -> int:
-    """Whole minutes from an hour up, so the minute and hour rollups answer rather than raw samples."""
-    return query.bucket_for(window, HEATMAP_MAX_COLUMNS, min_bucket_s=60 if window.seconds >= 3600 else 1)
-
-
-def power_bucket(window: query.TimeRange) -> int:
-    """Whole minutes from an hour up: the minute rollup of rack power answers."""
-    return query.bucket_for(window, POWER_MAX_POINTS, min_bucket_s=60 if window.seconds >= 3600 else 1)
+def rollup_bucket(window: query.TimeRange, max_points: int) -> int:
+    """Whole minutes from an hour up, so the rollups answer rather than raw samples."""
+    return query.bucket_for(window, max_points, min_bucket_s=60 if window.seconds >= 3600 else 1)
 
 
 # Up to this many minute cells, a heatmap of wider buckets is read as minutes (the minute rollup's rows
@@ -79,7 +74,7 @@ MINUTE_CELLS_MAX = 400_000
 
 
 def _grid(conn: Any, metric: str, window: query.TimeRange, level: str, gpus: int, nodes: int) -> Grid:
-    bucket = heatmap_bucket(window)
+    bucket = rollup_bucket(window, HEATMAP_MAX_COLUMNS)
     chosen = choose_level(gpus, nodes, len(window.buckets(bucket)), level)
     if 60 < bucket < 3600 and bucket % 60 == 0 and gpus * window.seconds / 60 <= MINUTE_CELLS_MAX:
         return to_grid(coarsen(query.heatmap(conn, metric, window, 60), bucket), chosen)
@@ -97,7 +92,7 @@ class PowerData:
 def load_power(pool: ConnectionPool[Any], range_key: str, budgets_kw: dict[str, float]) -> PowerData:
     window = time_range(range_key)
     with pool.connection() as conn:
-        power = query.rack_power(conn, window, power_bucket(window))
+        power = query.rack_power(conn, window, rollup_bucket(window, POWER_MAX_POINTS))
         nameplate = query.rack_nameplate_w(conn)
     current = []
     for watts in power.watts:
@@ -143,7 +138,7 @@ def load_job(pool: ConnectionPool[Any], job_id: str, metric: str, range_key: str
             return JobData(None, Grid(metric, 60, "gpu", [], [], _empty()), [])
         end = job.ended_at or query.last(0.001).end
         window = query.TimeRange(max(job.started_at, end - _seconds(range_key)), end)
-        bucket = heatmap_bucket(window)
+        bucket = rollup_bucket(window, HEATMAP_MAX_COLUMNS)
         gpu_ids = query.select_gpus(conn, job=job_id)
         heatmap = query.heatmap(conn, metric, window, bucket, gpu_ids)
         stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)

@@ -32,7 +32,10 @@ def private_postgres() -> Iterator[EmbeddedPostgres]:
         yield server
 
 
-def start_collector(dsn: str, port: int, token_file: Path) -> subprocess.Popen[bytes]:
+def start_collector(
+    dsn: str, port: int, token_file: Path, *extra: str, timeout: float = 30.0
+) -> subprocess.Popen[bytes]:
+    """`gpuscope collector` in a process of its own, on 127.0.0.1:port; returns once it is healthy."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -45,11 +48,12 @@ def start_collector(dsn: str, port: int, token_file: Path) -> subprocess.Popen[b
             f"127.0.0.1:{port}",
             "--token-file",
             str(token_file),
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:

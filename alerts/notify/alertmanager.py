@@ -10,14 +10,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from alerts.notify.message import Message
+from alerts.notify.message import Message, rfc3339
 
 PATH = "/api/v2/alerts"
 FIRING_HOLD = dt.timedelta(minutes=5)
 
 
 def build(message: Message) -> list[dict[str, Any]]:
-    hold = (dt.datetime.now(dt.UTC) + FIRING_HOLD).isoformat().replace("+00:00", "Z")
+    hold = rfc3339(dt.datetime.now(dt.UTC) + FIRING_HOLD)
     return [
         {
             "labels": a.labels,

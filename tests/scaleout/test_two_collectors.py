@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import psycopg
 import pytest
 
@@ -19,9 +18,9 @@ from alerts.engine import LOCK_KEY
 from exporter.node_exporter import ExporterConfig, NodeExporter
 from exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.listen import free_loopback_port
+from tests import test_faults as faults
 from tests.alerts.receiver import ChatReceiver
 from tests.conftest import count_rows
-from tests.test_cli import GPUSCOPE
 
 TOKEN = "s" * 32
 RULES = """
@@ -35,21 +34,11 @@ groups:
 """
 
 
-def start_collector(dsn: str, port: int, tmp_path: Path, notify: Path) -> subprocess.Popen[str]:
+def start_collector(dsn: str, port: int, tmp_path: Path, notify: Path) -> subprocess.Popen[bytes]:
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES)
-    command = [*GPUSCOPE, "collector", "--db", dsn, "--listen", f"127.0.0.1:{port}", "--token-file",
-               str(tmp_path / "token"), "--rules", str(rules), "--notify-config", str(notify)]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise AssertionError("collector did not start")
+    extra = ("--rules", str(rules), "--notify-config", str(notify))
+    return faults.start_collector(dsn, port, tmp_path / "token", *extra, timeout=60)
 
 
 def leader_pid(dsn: str) -> int | None:
