@@ -23,8 +23,12 @@ CROSS JOIN LATERAL (
     ORDER BY x.ts DESC LIMIT 1
 ) s;
 
--- How much each GPU's counters grew over the last `span` (first and last sample in it; a counter that
--- went down was reset, and its growth is its new value).
+-- A counter's growth from `first` to `last`; one that went down was reset, and its growth is its new
+-- value. Simple enough for the planner to inline.
+CREATE FUNCTION alerting.growth(last float8, first float8) RETURNS float8
+LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN last < first THEN last ELSE last - first END $$;
+
+-- How much each GPU's counters grew over the last `span` (first and last sample in it).
 CREATE FUNCTION alerting.gpu_increase(span interval)
 RETURNS TABLE (cluster text, rack text, node text, gpu smallint, uuid text, gpu_id integer, node_id integer,
                ecc_corrected float8, ecc_uncorrected float8, remapped_rows_uncorrectable float8,
@@ -32,21 +36,15 @@ RETURNS TABLE (cluster text, rack text, node text, gpu smallint, uuid text, gpu_
                nvlink_recovery_errors float8, throttle_power_s float8, throttle_thermal_s float8)
 LANGUAGE sql STABLE AS $$
 SELECT n.cluster, n.rack, n.name, g.gpu_index, g.uuid, g.gpu_id, g.node_id,
-       CASE WHEN l.ecc_corrected < f.ecc_corrected THEN l.ecc_corrected ELSE l.ecc_corrected - f.ecc_corrected END,
-       CASE WHEN l.ecc_uncorrected < f.ecc_uncorrected THEN l.ecc_uncorrected ELSE l.ecc_uncorrected - f.ecc_uncorrected END,
-       CASE WHEN l.remapped_rows_uncorrectable < f.remapped_rows_uncorrectable THEN l.remapped_rows_uncorrectable
-            ELSE l.remapped_rows_uncorrectable - f.remapped_rows_uncorrectable END,
-       CASE WHEN l.pcie_replay < f.pcie_replay THEN l.pcie_replay ELSE l.pcie_replay - f.pcie_replay END,
-       CASE WHEN l.nvlink_crc_errors < f.nvlink_crc_errors THEN l.nvlink_crc_errors
-            ELSE l.nvlink_crc_errors - f.nvlink_crc_errors END,
-       CASE WHEN l.nvlink_replay_errors < f.nvlink_replay_errors THEN l.nvlink_replay_errors
-            ELSE l.nvlink_replay_errors - f.nvlink_replay_errors END,
-       CASE WHEN l.nvlink_recovery_errors < f.nvlink_recovery_errors THEN l.nvlink_recovery_errors
-            ELSE l.nvlink_recovery_errors - f.nvlink_recovery_errors END,
-       CASE WHEN l.throttle_power_s < f.throttle_power_s THEN l.throttle_power_s
-            ELSE l.throttle_power_s - f.throttle_power_s END,
-       CASE WHEN l.throttle_thermal_s < f.throttle_thermal_s THEN l.throttle_thermal_s
-            ELSE l.throttle_thermal_s - f.throttle_thermal_s END
+       alerting.growth(l.ecc_corrected, f.ecc_corrected),
+       alerting.growth(l.ecc_uncorrected, f.ecc_uncorrected),
+       alerting.growth(l.remapped_rows_uncorrectable, f.remapped_rows_uncorrectable),
+       alerting.growth(l.pcie_replay, f.pcie_replay),
+       alerting.growth(l.nvlink_crc_errors, f.nvlink_crc_errors),
+       alerting.growth(l.nvlink_replay_errors, f.nvlink_replay_errors),
+       alerting.growth(l.nvlink_recovery_errors, f.nvlink_recovery_errors),
+       alerting.growth(l.throttle_power_s, f.throttle_power_s),
+       alerting.growth(l.throttle_thermal_s, f.throttle_thermal_s)
 FROM public.gpu g
 JOIN public.node n USING (node_id)
 CROSS JOIN LATERAL (
@@ -94,13 +92,12 @@ RETURNS TABLE (cluster text, rack text, node text, device text, port smallint, p
                link_error_recovery float8, xmit_discards float8, xmit_wait float8)
 LANGUAGE sql STABLE AS $$
 SELECT n.cluster, n.rack, n.name, p.device, p.port, p.port_id, p.node_id,
-       CASE WHEN l.symbol_errors < f.symbol_errors THEN l.symbol_errors ELSE l.symbol_errors - f.symbol_errors END,
-       CASE WHEN l.link_downed < f.link_downed THEN l.link_downed ELSE l.link_downed - f.link_downed END,
-       CASE WHEN l.rcv_errors < f.rcv_errors THEN l.rcv_errors ELSE l.rcv_errors - f.rcv_errors END,
-       CASE WHEN l.link_error_recovery < f.link_error_recovery THEN l.link_error_recovery
-            ELSE l.link_error_recovery - f.link_error_recovery END,
-       CASE WHEN l.xmit_discards < f.xmit_discards THEN l.xmit_discards ELSE l.xmit_discards - f.xmit_discards END,
-       CASE WHEN l.xmit_wait < f.xmit_wait THEN l.xmit_wait ELSE l.xmit_wait - f.xmit_wait END
+       alerting.growth(l.symbol_errors, f.symbol_errors),
+       alerting.growth(l.link_downed, f.link_downed),
+       alerting.growth(l.rcv_errors, f.rcv_errors),
+       alerting.growth(l.link_error_recovery, f.link_error_recovery),
+       alerting.growth(l.xmit_discards, f.xmit_discards),
+       alerting.growth(l.xmit_wait, f.xmit_wait)
 FROM public.ib_port p
 JOIN public.node n USING (node_id)
 CROSS JOIN LATERAL (
