@@ -8,21 +8,29 @@ STAMP  := $(VENV)/.installed
 # Test-only TimescaleDB (PGlite build, tests/timescale); its tests skip without it, except in CI.
 PGLITE := tests/timescale/node_modules/.package-lock.json
 
-.PHONY: demo test lint clean
+# mypy and import-linter find modules by folder: this tree of links shows them the installed names
+# (gpuscope.exporter is the exporter/ folder, and so on; pyproject.toml maps them the same way).
+IMPORTABLE := build/importable
+
+.PHONY: demo test lint importable clean
 
 demo: $(STAMP)
 	@$(BIN)/python -m gpuscope.preflight postgres
 	$(BIN)/gpuscope demo
 
-test: $(STAMP) $(PGLITE)
+test: lint $(PGLITE)
 	@$(BIN)/python -m gpuscope.preflight postgres
-	$(BIN)/ruff check .
-	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
-lint: $(STAMP)
+lint: $(STAMP) importable
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	cd $(IMPORTABLE) && $(CURDIR)/$(BIN)/lint-imports --config $(CURDIR)/pyproject.toml
+
+importable:
+	@rm -rf $(IMPORTABLE) && mkdir -p $(IMPORTABLE)/gpuscope
+	@for f in gpuscope/*.py gpuscope/*/; do ln -s "$(CURDIR)/$${f%/}" $(IMPORTABLE)/gpuscope/; done
+	@for p in exporter collector alerts stragglers dashboard; do ln -s "$(CURDIR)/$$p" $(IMPORTABLE)/gpuscope/$$p; done
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -41,4 +49,4 @@ $(PGLITE): tests/timescale/package-lock.json
 	fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts tests/timescale/node_modules
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache test-artifacts tests/timescale/node_modules

@@ -1,1 +1,2 @@
-"""Alert rules over SQL, Alertmanager-style routing, and delivery to chat webhooks (not built yet)."""
+"""Alert rules over SQL views, Prometheus-style states, Alertmanager-style routing, delivery to chat
+webhooks; a collector part (part.py)."""

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import psycopg
 from psycopg import sql
 
-from alerts import views
-from alerts.evaluate import NUMERIC_OIDS, query_of
-from alerts.rules import Group
+from gpuscope.alerts import views
+from gpuscope.alerts.evaluate import NUMERIC_OIDS, query_of
+from gpuscope.alerts.rules import Group
 
 
 def check_sql(dsn: str, groups: list[Group], timeout_s: float = 10.0) -> list[str]:
@@ -53,8 +53,8 @@ def check_sql(dsn: str, groups: list[Group], timeout_s: float = 10.0) -> list[st
 @contextlib.contextmanager
 def scratch_database() -> Iterator[str]:
     """A private PostgreSQL with gpuscope's schema and the alert views, removed afterwards."""
-    from collector.embedded_pg import throwaway_postgres
-    from collector.store.migrate import migrate
+    from gpuscope.collector.store.migrate import migrate
+    from gpuscope.core.embedded_pg import throwaway_postgres
 
     with throwaway_postgres("gpuscope-check-", settings={"fsync": "off"}) as server:
         migrate(server.dsn)

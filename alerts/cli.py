@@ -53,9 +53,9 @@ def _kinds() -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from alerts.check import check_sql, scratch_database
-    from alerts.config import ConfigError, load_notify_config
-    from alerts.rules import RulesError, load_rules_file
+    from gpuscope.alerts.check import check_sql, scratch_database
+    from gpuscope.alerts.config import ConfigError, load_notify_config
+    from gpuscope.alerts.rules import RulesError, load_rules_file
 
     try:
         groups = load_rules_file(args.rules)
@@ -88,9 +88,9 @@ def _test_notify(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from alerts.delivery import post
-    from alerts.notify import KINDS
-    from alerts.redact import redact_url
+    from gpuscope.alerts.delivery import post
+    from gpuscope.alerts.notify import KINDS
+    from gpuscope.alerts.redact import redact_url
 
     url = args.url if args.url else args.url_file.read_text(encoding="utf-8").strip()
     if not url.startswith(("http://", "https://")):
@@ -111,7 +111,8 @@ def _test_notify(args: argparse.Namespace) -> int:
 
 
 def sample_message(resolved: bool = False) -> Any:
-    from alerts.notify.message import Alert, Message, rfc3339
+    from gpuscope.alerts.notify.message import Alert, Message
+    from gpuscope.core.timefmt import rfc3339
 
     now = dt.datetime.now(dt.UTC)
     labels = {"alertname": "GpuOverTemperature", "severity": "warning", "cluster": "demo", "node": "gpu-node-01",
@@ -135,7 +136,7 @@ def sample_message(resolved: bool = False) -> Any:
 def _silence(args: argparse.Namespace) -> int:
     import httpx
 
-    from alerts.duration import parse_duration
+    from gpuscope.alerts.duration import parse_duration
 
     headers = {}
     if args.token_file:

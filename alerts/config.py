@@ -31,9 +31,9 @@ from typing import Any
 
 import yaml
 
-from alerts.duration import parse_duration
-from alerts.matchers import Matcher, all_match, matcher_from
-from alerts.notify import KINDS
+from gpuscope.alerts.duration import parse_duration
+from gpuscope.alerts.matchers import Matcher, all_match, matcher_from
+from gpuscope.alerts.notify import KINDS
 
 
 class ConfigError(ValueError):

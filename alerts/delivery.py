@@ -24,10 +24,10 @@ from typing import Any
 import httpx
 from psycopg import AsyncConnection
 
-from alerts.config import NotifyConfig, Receiver
-from alerts.notify import KINDS, target_url
-from alerts.notify.message import Message
-from alerts.redact import redact_url
+from gpuscope.alerts.config import NotifyConfig, Receiver
+from gpuscope.alerts.notify import KINDS, target_url
+from gpuscope.alerts.notify.message import Message
+from gpuscope.alerts.redact import redact_url
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,12 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from alerts.config import InhibitRule, NotifyConfig, Route
-from alerts.matchers import all_match
-from alerts.notify.message import Alert, Message, rfc3339
-from alerts.silences import Silence, active_silences
-from alerts.state import Instance
+from gpuscope.alerts.config import InhibitRule, NotifyConfig, Route
+from gpuscope.alerts.matchers import all_match
+from gpuscope.alerts.notify.message import Alert, Message
+from gpuscope.alerts.silences import Silence, active_silences
+from gpuscope.alerts.state import Instance
+from gpuscope.core.timefmt import rfc3339
 
 ALERTMANAGER_REPEAT_S = 60.0  # Alertmanager forgets an alert not re-sent before its endsAt
 

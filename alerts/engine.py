@@ -16,14 +16,13 @@ import httpx
 import psycopg
 from psycopg import AsyncConnection
 
-from alerts import state
-from alerts.config import NotifyConfig
-from alerts.delivery import Delivery
-from alerts.dispatch import dispatch
-from alerts.evaluate import RuleResult, evaluate_group
-from alerts.rules import Group
-from alerts.state import Instance
-from collector.leader import lead_when_free
+from gpuscope.alerts import state
+from gpuscope.alerts.config import NotifyConfig
+from gpuscope.alerts.delivery import Delivery
+from gpuscope.alerts.dispatch import dispatch
+from gpuscope.alerts.evaluate import RuleResult, evaluate_group
+from gpuscope.alerts.rules import Group
+from gpuscope.alerts.state import Instance
 
 log = logging.getLogger(__name__)
 
@@ -121,15 +120,12 @@ class AlertEngine:
         await self.notify(conn, now)
         return results
 
-    async def run(self, dsn: str) -> None:
-        """Forever: lead while this collector holds the alert lock, else wait to take over."""
+    def retry_s(self) -> float:
+        """How often a follower tries to take over."""
+        return max(self.tick_s * 4, 1.0)
 
-        async def lead(conn: AsyncConnection[Any]) -> None:
-            await self._lead(conn, dsn)
-
-        await lead_when_free(dsn, LOCK_KEY, lead, "alert engine", retry_s=max(self.tick_s * 4, 1.0))
-
-    async def _lead(self, conn: AsyncConnection[Any], dsn: str) -> None:
+    async def lead(self, conn: AsyncConnection[Any], dsn: str) -> None:
+        """Run as the one engine, on the leader's connection `conn`, until it fails (alerts/part.py)."""
         await self.load(conn)
         deliverer = asyncio.create_task(self._deliver(dsn), name="alert-delivery")
         # Each evaluation is stamped with its scheduled time, as in Prometheus: `for: 3m` at a 1m

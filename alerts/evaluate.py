@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, sql
 
-from alerts.notify.message import rfc3339
-from alerts.rules import Group, Rule
+from gpuscope.alerts.rules import Group, Rule
+from gpuscope.core.timefmt import rfc3339
 
 NUMERIC_OIDS = {20, 21, 23, 700, 701, 1700}  # int8, int2, int4, float4, float8, numeric
 

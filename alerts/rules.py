@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from alerts.duration import parse_duration
-from alerts.template import Template, compile_template
+from gpuscope.alerts.duration import parse_duration
+from gpuscope.alerts.template import Template, compile_template
 
 DEFAULT_INTERVAL_S = 30.0
 _ALERT_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
@@ -59,7 +59,7 @@ class Group:
 
 
 def default_rules_text() -> str:
-    return resources.files("alerts").joinpath("default_rules.yaml").read_text(encoding="utf-8")
+    return resources.files("gpuscope.alerts").joinpath("default_rules.yaml").read_text(encoding="utf-8")
 
 
 def load_rules_file(path: str | Path) -> list[Group]:

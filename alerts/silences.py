@@ -9,7 +9,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from alerts.matchers import Matcher, all_match
+from gpuscope.alerts.matchers import Matcher, all_match
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from alerts.evaluate import RuleResult
+from gpuscope.alerts.evaluate import RuleResult
 
 
 @dataclass(frozen=True)

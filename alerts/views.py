@@ -11,13 +11,13 @@ from importlib import resources
 
 import psycopg
 
-from collector.store.migrate import MIGRATION_LOCK_KEY
+from gpuscope.core.migrations import MIGRATION_LOCK_KEY
 
 SCHEMA = "alerting"
 
 
 def views_sql() -> str:
-    return resources.files("alerts").joinpath("views.sql").read_text(encoding="utf-8")
+    return resources.files("gpuscope.alerts").joinpath("views.sql").read_text(encoding="utf-8")
 
 
 def apply(dsn: str) -> bool:

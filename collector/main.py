@@ -1,91 +1,96 @@
-"""Builds the collector app (FastAPI behind the ingest fast path); the pools open and close in its lifespan."""
+"""Builds the collector app (FastAPI behind the ingest fast path) from its configuration and the parts
+the composition root hands it; pools and background work start and stop in the app's lifespan."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 
 import psycopg
 from fastapi import Depends, FastAPI
 from psycopg_pool import AsyncConnectionPool
 from starlette.concurrency import run_in_threadpool
 
-from alerts import views as alert_views
-from alerts.engine import AlertEngine
-from collector.api import alerts, health, ingest, read, read_jobs, read_nics
-from collector.api.deps import require_read_token
-from collector.api.fast_ingest import FastIngest
-from collector.auth import TokenAuth
-from collector.ingest.state import IngestState
-from collector.leader import lead_when_free
-from collector.store import allocations, rollups, timescale
-from collector.store.group_writer import MAX_GROUP, GroupWriter
-from collector.store.migrate import migrate
-from collector.store.pools import open_read_pool
-from collector.store.retention import DEFAULT_RETENTION, Retention
-from collector.store.retention import apply as retention_pass
-from collector.store.writer import InventoryCache
-from collector.stragglers.watch import LOCK_KEY as STRAGGLER_LOCK_KEY
-from collector.stragglers.watch import StragglerWatch
+from gpuscope.collector.api import health, ingest, read, read_jobs, read_nics
+from gpuscope.collector.api.auth import TokenAuth
+from gpuscope.collector.api.deps import require_read_token
+from gpuscope.collector.api.fast_ingest import FastIngest
+from gpuscope.collector.api.state import CollectorState
+from gpuscope.collector.ingest.state import IngestState
+from gpuscope.collector.parts import Part
+from gpuscope.collector.store import allocations, rollups, timescale
+from gpuscope.collector.store.group_writer import MAX_GROUP, GroupWriter
+from gpuscope.collector.store.migrate import migrate
+from gpuscope.collector.store.retention import DEFAULT_RETENTION, Retention
+from gpuscope.collector.store.retention import apply as retention_pass
+from gpuscope.collector.store.writer import InventoryCache
+from gpuscope.core.pools import open_read_pool
 
 log = logging.getLogger(__name__)
 
 
-def create_app(
-    dsn: str,
-    auth: TokenAuth,
-    max_body_bytes: int = 32 * 2**20,
-    max_concurrent_writes: int = 8,
-    read_auth: TokenAuth | None = None,
-    retention: Retention = DEFAULT_RETENTION,
-    timescaledb: timescale.Mode = "auto",
-    stragglers: bool = True,
-    alert_engine: AlertEngine | None = None,
-    admin_auth: TokenAuth | None = None,
-) -> FastIngest:
-    @asynccontextmanager
+@dataclass(frozen=True)
+class CollectorConfig:
+    """Everything the collector core needs, resolved (tokens read, DSN known): see gpuscope/collector_process.py
+    for the settings a user gives and how they become this."""
+
+    dsn: str
+    auth: TokenAuth  # ingest tokens
+    read_auth: TokenAuth | None = None  # None: the read API is open
+    admin_auth: TokenAuth | None = None  # None: nothing may be changed through the API
+    max_body_bytes: int = 32 * 2**20
+    max_concurrent_writes: int = 8
+    retention: Retention = DEFAULT_RETENTION
+    timescaledb: timescale.Mode = "auto"
+    parts: Sequence[Part] = field(default_factory=tuple)
+
+
+def create_app(config: CollectorConfig) -> FastIngest:
+    @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await run_in_threadpool(migrate, dsn)
-        layout = await run_in_threadpool(timescale.setup, dsn, timescaledb)
-        log.info("storage layout: %s", layout)
-        await run_in_threadpool(alert_views.apply, dsn)  # after the layout: the views read its tables
-        ingest_pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_concurrent_writes, open=False)
-        await ingest_pool.open(wait=True, timeout=30)  # fail start-up fast if the database is away
-        async with ingest_pool.connection() as conn:
-            await retention_pass(conn, retention, layout=layout)  # today's partitions exist before the first batch
-        read_pool = await run_in_threadpool(open_read_pool, dsn)
-        app.state.ingest_pool = ingest_pool
-        app.state.read_pool = read_pool
-        app.state.read_auth = read_auth
-        app.state.admin_auth = admin_auth
-        cache = InventoryCache(layout)
-        app.state.ingest = IngestState(
-            auth=auth,
-            max_body_bytes=max_body_bytes,
-            # Batches waiting for the group writer; beyond this the collector answers 503 (back-pressure).
-            write_slots=asyncio.Semaphore(max_concurrent_writes * MAX_GROUP),
-            writer=GroupWriter(ingest_pool, cache, writers=max(1, max_concurrent_writes // 2)),
-            retention_s=retention.raw.total_seconds(),
-            cache=cache,
-        )
-        tasks = [asyncio.create_task(_maintenance(ingest_pool, retention, layout), name="maintenance")]
-        if stragglers:
-            tasks.append(asyncio.create_task(_watch_stragglers(dsn), name="stragglers"))
-        if alert_engine is not None:
-            tasks.append(asyncio.create_task(alert_engine.run(dsn), name="alerts"))
-        try:
-            yield
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)  # let them close their connections
-            await app.state.ingest.writer.close()
-            await ingest_pool.close()
-            read_pool.close()
+        # Everything opened is registered on the stack at once, so a failure half-way closes what is open.
+        async with contextlib.AsyncExitStack() as stack:
+            layout = await _prepare_schema(config)
+            ingest_pool = AsyncConnectionPool(config.dsn, min_size=1, max_size=config.max_concurrent_writes, open=False)
+            stack.push_async_callback(ingest_pool.close)
+            await ingest_pool.open(wait=True, timeout=30)  # fail start-up fast if the database is away
+            async with ingest_pool.connection() as conn:
+                await retention_pass(conn, config.retention, layout=layout)  # today's partitions before any batch
+            read_pool = await run_in_threadpool(open_read_pool, config.dsn)
+            stack.callback(read_pool.close)
+            cache = InventoryCache(layout)
+            writer = GroupWriter(ingest_pool, cache, writers=max(1, config.max_concurrent_writes // 2))
+            stack.push_async_callback(writer.close)
+            app.state.collector = CollectorState(
+                ingest_pool=ingest_pool,
+                read_pool=read_pool,
+                ingest=IngestState(
+                    auth=config.auth,
+                    max_body_bytes=config.max_body_bytes,
+                    # Batches waiting for the group writer; beyond this the collector answers 503 (back-pressure).
+                    write_slots=asyncio.Semaphore(config.max_concurrent_writes * MAX_GROUP),
+                    writer=writer,
+                    retention_s=config.retention.raw.total_seconds(),
+                    cache=cache,
+                ),
+                read_auth=config.read_auth,
+                admin_auth=config.admin_auth,
+            )
+            # Background work in one task group: it ends (each task cancelled and awaited, so their
+            # connections close) before the pools close.
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(_maintenance(ingest_pool, config.retention, layout), name="maintenance")]
+                for task in (t for part in config.parts for t in part.leader_tasks):
+                    tasks.append(group.create_task(task.run(config.dsn), name=task.name))
+                try:
+                    yield
+                finally:
+                    for running in tasks:
+                        running.cancel()
 
     app = FastAPI(
         title="gpuscope collector",
@@ -96,9 +101,21 @@ def create_app(
     app.include_router(ingest.router)
     for router in (read.router, read_nics.router, read_jobs.router):
         app.include_router(router, dependencies=[Depends(require_read_token)])
-    app.include_router(alerts.router)  # its routes check the read or the admin token themselves
+    for part in config.parts:
+        for router in part.routers:
+            app.include_router(router)  # their routes check the read or the admin token themselves
     app.include_router(health.router)
     return FastIngest(app)  # the ingest route's fast path in front of everything FastAPI serves
+
+
+async def _prepare_schema(config: CollectorConfig) -> timescale.Layout:
+    await run_in_threadpool(migrate, config.dsn)
+    layout = await run_in_threadpool(timescale.setup, config.dsn, config.timescaledb)
+    log.info("storage layout: %s", layout)
+    for part in config.parts:
+        if part.prepare is not None:
+            await run_in_threadpool(part.prepare, config.dsn)  # after the layout: views read its tables
+    return layout
 
 
 async def _maintenance(
@@ -124,16 +141,3 @@ async def _maintenance(
                 last_partitions = time.monotonic()
         except psycopg.Error as exc:
             log.warning("maintenance failed (will retry): %s", exc)
-
-
-async def _watch_stragglers(dsn: str, every_s: float = 15.0) -> None:
-    """The straggler watch, in one collector at a time (collector/leader.py)."""
-    watcher = StragglerWatch()
-
-    async def watch(conn: psycopg.AsyncConnection[Any]) -> None:
-        while True:
-            await watcher.cycle(conn)
-            await asyncio.sleep(every_s)
-
-    # Followers retry well within one watch interval, so a new leader is found before the next cycle.
-    await lead_when_free(dsn, STRAGGLER_LOCK_KEY, watch, "straggler watch", retry_s=min(every_s / 3, 5.0))

@@ -8,10 +8,10 @@ from typing import Any
 from dash import Dash, Input, Output, State, dcc, html
 from psycopg_pool import ConnectionPool
 
-from dashboard.auth import protect
-from dashboard.components import PAGE_STYLE, banner, nav
-from dashboard.context import Context, DashboardOptions
-from dashboard.pages import PAGES
+from gpuscope.dashboard.auth import protect
+from gpuscope.dashboard.components import PAGE_STYLE, banner, nav
+from gpuscope.dashboard.context import Context, DashboardOptions
+from gpuscope.dashboard.pages import PAGES
 
 
 def create_app(

@@ -14,7 +14,7 @@ import psycopg
 from dash import dcc, html
 from psycopg_pool import PoolTimeout
 
-from alerts.notify.message import SEVERITY_COLOURS, UNKNOWN_COLOUR
+from gpuscope.core.severity import SEVERITY_COLOURS, UNKNOWN_COLOUR
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 from psycopg_pool import ConnectionPool
 
-from collector import query
-from dashboard.grid import Grid, choose_level, coarsen, to_grid
+from gpuscope.alerts import reads as alert_reads
+from gpuscope.collector import query
+from gpuscope.dashboard.grid import Grid, choose_level, coarsen, to_grid
 
 RANGES_S = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
 HEATMAP_MAX_COLUMNS = 180
@@ -29,7 +30,7 @@ def time_range(range_key: str) -> query.TimeRange:
 class Attention:
     """What needs looking at first: firing alerts (most severe first), active stragglers, GPUs down."""
 
-    alerts: list[query.AlertRow]
+    alerts: list[alert_reads.AlertRow]
     stragglers: list[query.StragglerRow]
     gpus_silent: int
 
@@ -46,7 +47,7 @@ def load_overview(pool: ConnectionPool[Any], range_key: str, metric: str = "util
     window = time_range(range_key)
     with pool.connection() as conn:
         summary = query.fleet_summary(conn)
-        firing = query.alerts(conn, "firing", limit=200)
+        firing = alert_reads.alerts(conn, "firing", limit=200)
         stragglers = query.stragglers(conn, window, active_only=True, limit=50)
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
         level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
@@ -184,21 +185,21 @@ def load_node(pool: ConnectionPool[Any], node: str, gpu: int | None, range_key: 
 
 @dataclass(frozen=True)
 class AlertsData:
-    active: list[query.AlertRow]
-    resolved: list[query.AlertRow]
-    notifications: list[query.NotificationRow]
+    active: list[alert_reads.AlertRow]
+    resolved: list[alert_reads.AlertRow]
+    notifications: list[alert_reads.NotificationRow]
     silences: list[Any]
-    rules: list[query.RuleStatus]
+    rules: list[alert_reads.RuleStatus]
 
 
 def load_alerts(pool: ConnectionPool[Any]) -> AlertsData:
     with pool.connection() as conn:
         return AlertsData(
-            active=query.alerts(conn, "active", limit=500),
-            resolved=query.alerts(conn, "resolved", limit=50),
-            notifications=query.notifications(conn, limit=50),
-            silences=query.silences(conn, include_expired=False),
-            rules=query.rule_status(conn),
+            active=alert_reads.alerts(conn, "active", limit=500),
+            resolved=alert_reads.alerts(conn, "resolved", limit=50),
+            notifications=alert_reads.notifications(conn, limit=50),
+            silences=alert_reads.silences(conn, include_expired=False),
+            rules=alert_reads.rule_status(conn),
         )
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from collector.query import NicSeries, RackPower, Series
-from collector.query.arrays import nan_to_none
-from dashboard.grid import Grid
+from gpuscope.collector.query import NicSeries, RackPower, Series
+from gpuscope.collector.query.arrays import nan_to_none
+from gpuscope.dashboard.grid import Grid
 
 METRICS = {
     "util_pct": "GPU utilisation (%)",

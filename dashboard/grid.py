@@ -9,7 +9,7 @@ from typing import Literal
 
 import numpy as np
 
-from collector.query import Heatmap
+from gpuscope.collector.query import Heatmap
 
 Level = Literal["gpu", "node", "rack"]
 MAX_CELLS = 200_000

@@ -26,7 +26,7 @@ class MetricSpec:
 
 @cache
 def load_catalog() -> tuple[MetricSpec, ...]:
-    text = resources.files("exporter").joinpath("catalog.csv").read_text(encoding="utf-8")
+    text = resources.files("gpuscope.exporter").joinpath("catalog.csv").read_text(encoding="utf-8")
     specs = []
     for row in csv.DictReader(text.splitlines()):
         specs.append(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from exporter.catalog import metrics_for
-from exporter.snapshot import GpuReading, Snapshot
-from exporter.textformat import Family, label_block
+from gpuscope.exporter.catalog import metrics_for
+from gpuscope.exporter.snapshot import GpuReading, Snapshot
+from gpuscope.exporter.textformat import Family, label_block
 
 LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
 MIB = 2**20

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.snapshot import Snapshot
+from gpuscope.exporter.snapshot import Snapshot
 
 XID = "xid"
 GPU_LOST = "gpu_lost"

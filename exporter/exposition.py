@@ -7,10 +7,10 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from exporter.catalog import MetricSpec, metrics_for
-from exporter.dcgm_compat import dcgm_families
-from exporter.snapshot import Snapshot
-from exporter.textformat import Family, label_block, negotiate, render
+from gpuscope.exporter.catalog import MetricSpec, metrics_for
+from gpuscope.exporter.dcgm_compat import dcgm_families
+from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.textformat import Family, label_block, negotiate, render
 
 # Where the latest snapshot is read from: the sampler's attribute, or a fixed one in tests.
 LatestSnapshot = Callable[[], Snapshot | None]

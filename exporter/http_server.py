@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from exporter.exposition import Exposition
-from gpuscope.listen import parse_listen
+from gpuscope.core.listen import parse_listen
+from gpuscope.exporter.exposition import Exposition
 
 # Health is the age of the newest snapshot: stale means the sampling loop is stuck.
 Health = Callable[[], tuple[bool, dict[str, object]]]

@@ -9,14 +9,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.exposition import ExporterIdentity, Exposition
-from exporter.http_server import make_server, snapshot_health
-from exporter.jobs.base import JobSource
-from exporter.pusher import Pusher
-from exporter.sampler import Sampler
-from exporter.sources.base import Source
-from exporter.spool import Spool
-from exporter.wire import Origin
+from gpuscope.exporter.exposition import ExporterIdentity, Exposition
+from gpuscope.exporter.http_server import make_server, snapshot_health
+from gpuscope.exporter.jobs.base import JobSource
+from gpuscope.exporter.pusher import Pusher
+from gpuscope.exporter.sampler import Sampler
+from gpuscope.exporter.sources.base import Source
+from gpuscope.exporter.spool import Spool
+from gpuscope.exporter.wire import Origin
 
 log = logging.getLogger(__name__)
 

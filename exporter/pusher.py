@@ -19,11 +19,11 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.events import Event, EventTracker
-from exporter.snapshot import Snapshot
-from exporter.spool import Spool
-from exporter.textformat import Family
-from exporter.wire import BINARY_CONTENT_TYPE, BINARY_MAGIC, Origin, encode_binary
+from gpuscope.exporter.events import Event, EventTracker
+from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.spool import Spool
+from gpuscope.exporter.textformat import Family
+from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, BINARY_MAGIC, Origin, encode_binary
 
 log = logging.getLogger(__name__)
 

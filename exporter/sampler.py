@@ -10,9 +10,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from exporter.jobs.base import JobSource
-from exporter.snapshot import GpuReading, JobInfo, Snapshot
-from exporter.sources.base import Source
+from gpuscope.exporter.jobs.base import JobSource
+from gpuscope.exporter.snapshot import GpuReading, JobInfo, Snapshot
+from gpuscope.exporter.sources.base import Source
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.catalog import keys_for
-from exporter.events import Event
-from exporter.snapshot import Snapshot
+from gpuscope.exporter.catalog import keys_for
+from gpuscope.exporter.events import Event
+from gpuscope.exporter.snapshot import Snapshot
 
 FORMAT = "gpuscope-samples"
 VERSION = 1

@@ -8,8 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
-from alerts import cli as alerts_cli
-from gpuscope.listen import parse_listen
+from gpuscope.alerts import cli as alerts_cli
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,14 +166,14 @@ def _run_demo(args: argparse.Namespace) -> None:
 
 
 def _run_exporter(args: argparse.Namespace) -> None:
-    from gpuscope.exporter_main import run_exporter
+    from gpuscope import exporter_process
 
-    run_exporter(args)
+    fields = exporter_process.ExporterSettings.__dataclass_fields__
+    exporter_process.run(exporter_process.ExporterSettings(**{k: v for k, v in vars(args).items() if k in fields}))
 
 
 def _run_collector(args: argparse.Namespace) -> int:
-    from collector import service
-    from collector.settings import CollectorSettings
+    from gpuscope import collector_process
 
     overrides = {
         key: value
@@ -197,15 +196,12 @@ def _run_collector(args: argparse.Namespace) -> int:
         }.items()
         if value is not None
     }
-    return service.run(CollectorSettings(**overrides))
+    return collector_process.run(collector_process.CollectorSettings(**overrides))
 
 
 def _run_dashboard(args: argparse.Namespace) -> None:
-    from collector.store.pools import open_read_pool
-    from dashboard.app import create_app
-    from dashboard.auth import hash_password, read_users
-    from dashboard.context import DashboardOptions, read_rack_budgets
-    from dashboard.server import DashboardServer
+    from gpuscope import dashboard_process
+    from gpuscope.dashboard.auth import hash_password
 
     if args.hash_password:
         import getpass
@@ -214,19 +210,15 @@ def _run_dashboard(args: argparse.Namespace) -> None:
         return
     if not args.db:
         raise ValueError("--db DSN is required (the collector's database, or a replica of it)")
-    options = DashboardOptions(
-        collector_url=args.collector,
-        rack_budgets_kw=read_rack_budgets(args.rack_budgets) if args.rack_budgets else {},
+    dashboard_process.run(
+        dashboard_process.DashboardSettings(
+            db=args.db,
+            listen=args.listen,
+            collector_url=args.collector,
+            basic_auth_file=args.basic_auth_file,
+            rack_budgets_file=args.rack_budgets,
+        )
     )
-    users = read_users(args.basic_auth_file) if args.basic_auth_file else None
-    host, port = parse_listen(args.listen)
-    pool = open_read_pool(args.db, max_size=4, timeout=3.0, wait=False)  # up even while the database is not
-    server = DashboardServer(create_app(pool, options, users), host, port)
-    print(f"gpuscope dashboard on http://{host}:{server.port}" + (" (login required)" if users else ""), flush=True)
-    try:
-        server.serve_forever()
-    finally:
-        pool.close()
 
 
 def _positive_int(text: str) -> int:

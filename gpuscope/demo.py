@@ -15,19 +15,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from alerts.engine import AlertEngine
-from alerts.rules import default_rules_text, parse_rules
-from collector.auth import TokenAuth, token_or_generate
-from collector.embedded_pg import EmbeddedPostgres
-from collector.main import create_app as create_collector_app
-from collector.service import BackgroundServer
-from collector.store.pools import open_read_pool
-from dashboard.app import create_app as create_dashboard_app
-from dashboard.context import DashboardOptions
-from dashboard.server import DashboardServer
-from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_topology
-from gpuscope.signals import stop_on_signals
+from gpuscope.collector.api.auth import token_or_generate
+from gpuscope.collector.service import BackgroundServer
+from gpuscope.collector_process import CollectorSettings
+from gpuscope.collector_process import build as build_collector
+from gpuscope.core.embedded_pg import EmbeddedPostgres
+from gpuscope.core.signals import stop_on_signals
+from gpuscope.dashboard_process import DashboardSettings
+from gpuscope.dashboard_process import build as build_dashboard
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_topology
 
 log = logging.getLogger("gpuscope.demo")
 HOST = "127.0.0.1"
@@ -55,13 +52,14 @@ def run_demo(options: DemoOptions) -> None:
         stack.callback(pg.stop)
 
         token = secrets.token_urlsafe(32)
-        engine = AlertEngine(parse_rules(default_rules_text()), None)  # alerts kept and shown, sent nowhere
-        admin_token = token_or_generate(None, data_dir, "admin-token")  # silences from the dashboard need it
-        collector = BackgroundServer(
-            create_collector_app(pg.dsn, TokenAuth([token]), alert_engine=engine, admin_auth=TokenAuth([admin_token])),
-            HOST,
-            options.collector_port,
+        token_or_generate(None, data_dir, "admin-token")  # silences from the dashboard need it
+        settings = CollectorSettings(
+            listen=f"{HOST}:{options.collector_port}",
+            data_dir=data_dir,
+            admin_token_file=data_dir / "admin-token",
+            # alerts: the shipped rules, kept and shown, sent nowhere (no notify config)
         )
+        collector = BackgroundServer(build_collector(settings, pg.dsn, token), HOST, options.collector_port)
         collector.start()
         stack.callback(collector.stop)
         push_url = f"http://{HOST}:{collector.port}"
@@ -73,10 +71,10 @@ def run_demo(options: DemoOptions) -> None:
             exporter.start()
         staged = _stage_a_fault(exporters)
 
-        pool = open_read_pool(pg.dsn, max_size=4)
-        stack.callback(pool.close)
-        dashboard_options = DashboardOptions(collector_url=push_url)
-        dashboard = DashboardServer(create_dashboard_app(pool, dashboard_options), HOST, options.dashboard_port)
+        dashboard_settings = DashboardSettings(
+            db=pg.dsn, listen=f"{HOST}:{options.dashboard_port}", collector_url=push_url
+        )
+        dashboard = stack.enter_context(build_dashboard(dashboard_settings))
         dashboard.start()
         stack.callback(dashboard.stop)
 

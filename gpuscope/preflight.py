@@ -6,7 +6,7 @@ import sys
 
 
 def check_postgres() -> str | None:
-    from collector.embedded_pg import PostgresNotFound, find_pg_bin
+    from gpuscope.core.embedded_pg import PostgresNotFound, find_pg_bin
 
     try:
         find_pg_bin()

@@ -5,22 +5,18 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from collector.auth import TokenAuth
-from collector.embedded_pg import EmbeddedPostgres, PostgresNotFound, find_pg_bin
-from collector.main import create_app
-from collector.service import BackgroundServer
-from collector.store.migrate import migrate
+from gpuscope.collector.store.migrate import migrate
+from gpuscope.core.embedded_pg import EmbeddedPostgres, PostgresNotFound, find_pg_bin
+from tests.processes import RunningCollector, running_collector
 
 # Durability is not under test here; these make CREATE DATABASE and commits cheap.
 FAST_UNSAFE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
@@ -67,21 +63,11 @@ def new_database(postgres: EmbeddedPostgres) -> str:
     return database_dsn
 
 
-@dataclass(frozen=True)
-class RunningCollector:
-    url: str
-    token: str
-    dsn: str
-
-
 @pytest.fixture
 def collector(dsn: str) -> Iterator[RunningCollector]:
     """A real collector (uvicorn on 127.0.0.1, ephemeral port) over a fresh database."""
-    token = secrets.token_urlsafe(24)
-    server = BackgroundServer(create_app(dsn, TokenAuth([token])), "127.0.0.1", 0)
-    server.start()
-    yield RunningCollector(url=f"http://127.0.0.1:{server.port}", token=token, dsn=dsn)
-    server.stop()
+    with running_collector(dsn) as running:
+        yield running
 
 
 def count_rows(dsn: str, table: str) -> int:

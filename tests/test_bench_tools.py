@@ -7,7 +7,8 @@ import urllib.parse
 
 from gpuscope.bench import ingest
 from gpuscope.bench.loadgen import push_all
-from tests.conftest import RunningCollector, count_rows
+from tests.conftest import count_rows
+from tests.processes import RunningCollector
 
 
 def test_load_generator_delivers_every_batch_in_order_once(collector: RunningCollector, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import RunningCollector, count_rows
+from tests.conftest import count_rows
+from tests.processes import RunningCollector
 
 GPUSCOPE = [sys.executable, "-m", "gpuscope.cli"]
 

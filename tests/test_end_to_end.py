@@ -8,12 +8,13 @@ import time
 import httpx
 import numpy as np
 
-from collector.store.pools import open_read_pool
-from dashboard.data import load_overview
-from dashboard.figures import heatmap_figure, rack_power_figure
-from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from tests.conftest import RunningCollector, count_rows
+from gpuscope.core.pools import open_read_pool
+from gpuscope.dashboard.data import load_overview
+from gpuscope.dashboard.figures import heatmap_figure, rack_power_figure
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from tests.conftest import count_rows
+from tests.processes import RunningCollector
 
 
 def test_pushed_simulated_gpus_appear_in_the_dashboard_heatmap(collector: RunningCollector) -> None:

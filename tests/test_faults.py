@@ -14,10 +14,10 @@ import httpx
 import psycopg
 import pytest
 
-from collector.embedded_pg import EmbeddedPostgres
-from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from gpuscope.listen import free_loopback_port as free_port
+from gpuscope.core.embedded_pg import EmbeddedPostgres
+from gpuscope.core.listen import free_loopback_port as free_port
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from tests.conftest import running_postgres
 from tests.exporter.test_spool import stored_rows
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from alerts.notify import alertmanager, discord, googlechat, mattermost, slack, teams, webhook
-from alerts.notify.message import Message
+from gpuscope.alerts.notify import alertmanager, discord, googlechat, mattermost, slack, teams, webhook
+from gpuscope.alerts.notify.message import Message
 
 KINDS: dict[str, Callable[[Message], Any]] = {
     "slack": slack.build,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from alerts.notify.message import Message, rfc3339
+from gpuscope.alerts.notify.message import Message
+from gpuscope.core.timefmt import rfc3339
 
 PATH = "/api/v2/alerts"
 FIRING_HOLD = dt.timedelta(minutes=5)

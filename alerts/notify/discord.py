@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.notify.message import RESOLVED_COLOUR, SEVERITY_COLOURS, UNKNOWN_COLOUR, Message, truncate
+from gpuscope.alerts.notify.message import Message, truncate
+from gpuscope.core.severity import RESOLVED_COLOUR, SEVERITY_COLOURS, UNKNOWN_COLOUR
 
 MAX_EMBEDS = 10
 

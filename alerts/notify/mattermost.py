@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.notify import slack
-from alerts.notify.message import Message
+from gpuscope.alerts.notify import slack
+from gpuscope.alerts.notify.message import Message
 
 
 def build(message: Message) -> dict[str, Any]:

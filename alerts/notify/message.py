@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-SEVERITY_COLOURS = {"critical": 0xD32F2F, "error": 0xD32F2F, "warning": 0xF9A825, "info": 0x1976D2}
-RESOLVED_COLOUR = 0x2E7D32
-UNKNOWN_COLOUR = 0x757575
-
-
-def rfc3339(t: dt.datetime) -> str:
-    """UTC with a Z, as Alertmanager and the chat services write times."""
-    return t.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+from gpuscope.core.severity import RESOLVED_COLOUR, SEVERITY_COLOURS, UNKNOWN_COLOUR
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.notify.message import Message, alert_lines, truncate
+from gpuscope.alerts.notify.message import Message, alert_lines, truncate
 
 MAX_ALERTS = 10  # blocks per message are limited (50); more alerts are counted, not listed
 SECTION_TEXT = 3000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.notify.message import Message, alert_lines
+from gpuscope.alerts.notify.message import Message, alert_lines
 
 MAX_ALERTS = 10
 _STYLE = {"resolved": "good", "critical": "attention", "error": "attention", "warning": "warning"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.notify.message import Message
+from gpuscope.alerts.notify.message import Message
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt for alerts still firing
 

@@ -11,7 +11,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from collector.api.ingest import INGEST_PATH, push_samples
+from gpuscope.collector.api.ingest import INGEST_PATH, push_samples
+from gpuscope.collector.api.state import collector_state
 
 
 class FastIngest:
@@ -22,7 +23,7 @@ class FastIngest:
         if scope["type"] == "http" and scope["path"] == INGEST_PATH and scope["method"] == "POST":
             scope["app"] = self.app
             request = Request(scope, receive)
-            response = await push_samples(request, self.app.state.ingest)
+            response = await push_samples(request, collector_state(self.app).ingest)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -13,8 +13,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from psycopg_pool import ConnectionPool
 
-from collector import query
-from collector.api.deps import IngestStateDep, ReadPoolDep
+from gpuscope.collector import query
+from gpuscope.collector.api.deps import IngestStateDep, ReadPoolDep
 
 router = APIRouter(tags=["health"])
 

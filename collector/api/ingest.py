@@ -11,9 +11,9 @@ import psycopg_pool
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from collector.api.deps import IngestStateDep
-from collector.auth import ANY_NODE
-from collector.ingest.wire import IngestError, decode, decompress
+from gpuscope.collector.api.auth import ANY_NODE
+from gpuscope.collector.api.deps import IngestStateDep
+from gpuscope.collector.ingest.wire import IngestError, decode, decompress
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["ingest"])

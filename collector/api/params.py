@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Query
 
-from collector import query
+from gpuscope.collector import query
 
 MAX_RANGE = timedelta(days=800)  # the longest retention of any tier (hour rollups), with margin
 MAX_BUCKETS = 5000

@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel
 
-from collector import query
-from collector.api.deps import ReadPoolDep
-from collector.api.params import BucketParam, TimeRangeDep, bucket_width
-from collector.query.arrays import nan_to_none
-from collector.store.columns import GPU_METRIC_KEYS
+from gpuscope.collector import query
+from gpuscope.collector.api.deps import ReadPoolDep
+from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width
+from gpuscope.collector.query.arrays import nan_to_none
+from gpuscope.collector.store.columns import GPU_METRIC_KEYS
 
 router = APIRouter(prefix="/api/v1", tags=["read"])
 

@@ -9,10 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel
 
-from collector import query
-from collector.api.deps import ReadPoolDep
-from collector.api.params import TimeRangeDep
-from collector.api.read import GpuOut, gpu_out
+from gpuscope.collector import query
+from gpuscope.collector.api.deps import ReadPoolDep
+from gpuscope.collector.api.params import TimeRangeDep
+from gpuscope.collector.api.read import GpuOut, gpu_out
 
 router = APIRouter(prefix="/api/v1", tags=["read"])
 

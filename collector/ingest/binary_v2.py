@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from collector.ingest import samples as sample_rules
-from collector.ingest.batch import Batch, IngestError, Loc, Samples
-from collector.ingest.header import header, require
-from collector.ingest.json_v1 import _parse_json, to_batch
-from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+from gpuscope.collector.ingest import samples as sample_rules
+from gpuscope.collector.ingest.batch import IngestError, Loc
+from gpuscope.collector.ingest.header import header, require
+from gpuscope.collector.ingest.json_v1 import _parse_json, to_batch
+from gpuscope.collector.store.batch import Batch, Samples
+from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 
 VERSION = 2
 MAGIC = b"GPSB"

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from collector.ingest.batch import (
+from gpuscope.collector.ingest.batch import (
     FORMAT,
     MAX_DEVICES,
     MAX_EVENTS,
@@ -18,13 +18,10 @@ from collector.ingest.batch import (
     MAX_NAME,
     MIN_TIMESTAMP,
     TIME_RULE,
-    EventIn,
-    GpuInfo,
     IngestError,
-    JobRef,
     Loc,
-    PortInfo,
 )
+from gpuscope.collector.store.batch import EventIn, GpuInfo, JobRef, PortInfo
 
 
 @dataclass(frozen=True)

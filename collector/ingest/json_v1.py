@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from collector.ingest import samples as sample_rules
-from collector.ingest.batch import Batch, IngestError, JobRef, Loc, Samples
-from collector.ingest.header import Header, header, require
-from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+from gpuscope.collector.ingest import samples as sample_rules
+from gpuscope.collector.ingest.batch import IngestError, Loc
+from gpuscope.collector.ingest.header import Header, header, require
+from gpuscope.collector.store.batch import Batch, JobRef, Samples
+from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 
 VERSION = 1
 

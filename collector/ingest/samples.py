@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from collector.ingest.batch import (
+from gpuscope.collector.ingest.batch import (
     MAX_DEVICES,
     MAX_FUTURE_SECONDS,
     MAX_ROWS,
@@ -16,9 +16,9 @@ from collector.ingest.batch import (
     TIME_RULE,
     IngestError,
     Loc,
-    Samples,
 )
-from collector.store.columns import Column
+from gpuscope.collector.store.batch import Samples
+from gpuscope.collector.store.columns import Column
 
 
 def check_rows(rows: int, loc: Loc) -> None:

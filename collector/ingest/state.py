@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from collector.auth import TokenAuth
-from collector.store.group_writer import GroupWriter
-from collector.store.writer import InventoryCache
+from gpuscope.collector.api.auth import TokenAuth
+from gpuscope.collector.store.group_writer import GroupWriter
+from gpuscope.collector.store.writer import InventoryCache
 
 
 class IngestMetrics:

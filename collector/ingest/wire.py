@@ -6,8 +6,9 @@ violation raises IngestError naming the field, and nothing is written.
 
 from __future__ import annotations
 
-from collector.ingest import binary_v2, json_v1
-from collector.ingest.batch import MIN_TIMESTAMP, Batch, IngestError, decompress
+from gpuscope.collector.ingest import binary_v2, json_v1
+from gpuscope.collector.ingest.batch import MIN_TIMESTAMP, IngestError, decompress
+from gpuscope.collector.store.batch import Batch
 
 __all__ = ["Batch", "IngestError", "decode", "decompress"]
 

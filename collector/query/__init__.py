@@ -1,18 +1,18 @@
-"""The one query layer: the read API, the dashboard, the detector and the alerts all read through it."""
+"""The one query layer over the telemetry store: the read API, the dashboard and the alert views read
+telemetry through it. Extensions keep their own state (the alert engine its alert tables, alerts/reads.py;
+the straggler watch its stragglers) and read the samples they work on with their own windowed SELECTs."""
 
-from collector.query.alerts import AlertRow, NotificationRow, RuleStatus, alerts, notifications, rule_status, silences
-from collector.query.events import EventRow, events
-from collector.query.fleet import FleetSummary, fleet_summary
-from collector.query.heatmap import Heatmap, Series, heatmap, series
-from collector.query.inventory import GpuRow, PortRow, inventory_counts, select_gpus, select_ports
-from collector.query.jobs import JobGpu, JobRow, JobState, Usage, job, job_gpus, jobs
-from collector.query.nic import NicSeries, nic_series
-from collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
-from collector.query.stragglers import StragglerRow, stragglers
-from collector.query.timerange import TimeRange, bucket_for, last
+from gpuscope.collector.query.events import EventRow, events
+from gpuscope.collector.query.fleet import FleetSummary, fleet_summary
+from gpuscope.collector.query.heatmap import Heatmap, Series, heatmap, series
+from gpuscope.collector.query.inventory import GpuRow, PortRow, inventory_counts, select_gpus, select_ports
+from gpuscope.collector.query.jobs import JobGpu, JobRow, JobState, Usage, job, job_gpus, jobs
+from gpuscope.collector.query.nic import NicSeries, nic_series
+from gpuscope.collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
+from gpuscope.collector.query.stragglers import StragglerRow, stragglers
+from gpuscope.collector.query.timerange import TimeRange, bucket_for, last
 
 __all__ = [
-    "AlertRow",
     "EventRow",
     "FleetSummary",
     "GpuRow",
@@ -21,15 +21,12 @@ __all__ = [
     "JobRow",
     "JobState",
     "NicSeries",
-    "NotificationRow",
     "PortRow",
     "RackPower",
-    "RuleStatus",
     "Series",
     "StragglerRow",
     "TimeRange",
     "Usage",
-    "alerts",
     "bucket_for",
     "events",
     "fleet_summary",
@@ -40,13 +37,10 @@ __all__ = [
     "jobs",
     "last",
     "nic_series",
-    "notifications",
     "rack_nameplate_w",
     "rack_power",
-    "rule_status",
     "select_gpus",
     "select_ports",
     "series",
-    "silences",
     "stragglers",
 ]

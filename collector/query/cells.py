@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 from psycopg import Connection, sql
 
-from collector.query.timerange import EPOCH, TimeRange
-from collector.store.copy_binary import PG_EPOCH_US
-from collector.store.rollups import ROLLED, SETTLE
+from gpuscope.collector.query.timerange import EPOCH, TimeRange
+from gpuscope.collector.store.copy_binary import PG_EPOCH_US
+from gpuscope.collector.store.rollups import ROLLED, SETTLE
 
 RAW_TO_ROLLED = {raw: rolled for rolled, raw in ROLLED.items()}
 PG_EPOCH_S = PG_EPOCH_US / 1e6  # binary timestamps count microseconds from 2000-01-01

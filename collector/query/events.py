@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg import Connection
 
-from collector.query.timerange import TimeRange
+from gpuscope.collector.query.timerange import TimeRange
 
 
 @dataclass(frozen=True)

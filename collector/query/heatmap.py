@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 from psycopg import Connection
 
-from collector.query.cells import Cells, cells_query, fetch_cells, rollup_splits
-from collector.query.inventory import GpuRow, gpu_rows
-from collector.query.timerange import TimeRange
-from collector.store.columns import GPU_METRIC_KEYS
+from gpuscope.collector.query.cells import Cells, cells_query, fetch_cells, rollup_splits
+from gpuscope.collector.query.inventory import GpuRow, gpu_rows
+from gpuscope.collector.query.timerange import TimeRange
+from gpuscope.collector.store.columns import GPU_METRIC_KEYS
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from psycopg import Connection
 
-from collector.query.cells import rollup_splits
-from collector.query.inventory import GpuRow
-from collector.query.timerange import TimeRange
+from gpuscope.collector.query.cells import rollup_splits
+from gpuscope.collector.query.inventory import GpuRow
+from gpuscope.collector.query.timerange import TimeRange
 
 JobState = Literal["running", "finished", "all"]
 MEANS = ("util", "sm_active", "tensor", "power")

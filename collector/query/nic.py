@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 from psycopg import Connection, sql
 
-from collector.query.inventory import PortRow
-from collector.query.timerange import EPOCH, TimeRange
-from collector.store.columns import PORT_METRICS
+from gpuscope.collector.query.inventory import PortRow
+from gpuscope.collector.query.timerange import EPOCH, TimeRange
+from gpuscope.collector.store.columns import PORT_METRICS
 
 LOOK_BACK = timedelta(minutes=5)  # a counter's first rate in the range needs the sample before it
 

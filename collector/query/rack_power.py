@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 from psycopg import Connection, sql
 
-from collector.query.cells import cells_query, rollup_splits
-from collector.query.timerange import EPOCH, TimeRange
+from gpuscope.collector.query.cells import cells_query, rollup_splits
+from gpuscope.collector.query.timerange import EPOCH, TimeRange
 
 
 @dataclass(frozen=True)

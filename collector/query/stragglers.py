@@ -1,4 +1,4 @@
-"""Stragglers the detector declared (collector/stragglers), newest first."""
+"""Stragglers the detector declared (stragglers/, the watch), newest first."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from psycopg import Connection
 
-from collector.query.timerange import TimeRange
+from gpuscope.collector.query.timerange import TimeRange
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from psycopg import AsyncConnection
 
-from collector.ingest.batch import Batch
+from gpuscope.collector.store.batch import Batch
 
 # An exporter silent this long no longer vouches for its allocations: they end at their last sighting.
 STALE_AFTER = timedelta(minutes=5)

@@ -6,7 +6,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from collector.ingest.batch import Batch
+from gpuscope.collector.store.batch import Batch
 
 
 async def record(conn: AsyncConnection[Any], node_id: int, gpu_ids: dict[int, int], batch: Batch) -> None:

@@ -15,8 +15,8 @@ import logging
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from collector.ingest.batch import Batch
-from collector.store.writer import InventoryCache, StoreResult, store_batch, store_batches
+from gpuscope.collector.store.batch import Batch
+from gpuscope.collector.store.writer import InventoryCache, StoreResult, store_batch, store_batches
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from collector.store import partitions, timescale
-from collector.store.timescale import Layout
+from gpuscope.collector.store import partitions, timescale
+from gpuscope.collector.store.timescale import Layout
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from collector.ingest.batch import Batch, Samples
-from collector.store import allocations, events, partitions, rollups
-from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
-from collector.store.copy_binary import CopyColumn
-from collector.store.copy_binary import encode as encode_copy
-from collector.store.timescale import Layout
+from gpuscope.collector.store import allocations, events, partitions, rollups
+from gpuscope.collector.store.batch import Batch, Samples
+from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+from gpuscope.collector.store.copy_binary import CopyColumn
+from gpuscope.collector.store.copy_binary import encode as encode_copy
+from gpuscope.collector.store.timescale import Layout
 
 
 @dataclass(frozen=True)

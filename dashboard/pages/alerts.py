@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 from dash import ALL, Dash, Input, Output, State, callback_context, dcc, html, no_update
 
-from dashboard import data
-from dashboard.components import ago, badge, banner, guarded, nothing, table
-from dashboard.context import Context
+from gpuscope.dashboard import data
+from gpuscope.dashboard.components import ago, badge, banner, guarded, nothing, table
+from gpuscope.dashboard.context import Context
 
 TITLE = "Alerts"
 DURATIONS = {"30m": 1800, "2h": 7200, "8h": 28800, "24h": 86400, "7d": 7 * 86400}

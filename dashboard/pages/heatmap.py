@@ -7,10 +7,10 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from dashboard import data
-from dashboard.components import banner, guarded, query_params, query_string
-from dashboard.context import Context
-from dashboard.figures import METRICS, heatmap_figure, message_figure
+from gpuscope.dashboard import data
+from gpuscope.dashboard.components import banner, guarded, query_params, query_string
+from gpuscope.dashboard.context import Context
+from gpuscope.dashboard.figures import METRICS, heatmap_figure, message_figure
 
 TITLE = "Heatmap"
 HEATMAP_METRICS = ("util_pct", "sm_active_pct", "tensor_active_pct", "temp_c", "power_w", "fb_used_bytes")

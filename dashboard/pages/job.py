@@ -9,10 +9,10 @@ from urllib.parse import unquote
 
 from dash import Dash, Input, Output, State, dcc, html
 
-from dashboard import data
-from dashboard.components import ago, banner, guarded, nothing, query_params, table
-from dashboard.context import Context
-from dashboard.figures import METRICS, Mark, heatmap_figure, message_figure
+from gpuscope.dashboard import data
+from gpuscope.dashboard.components import ago, banner, guarded, nothing, query_params, table
+from gpuscope.dashboard.context import Context
+from gpuscope.dashboard.figures import METRICS, Mark, heatmap_figure, message_figure
 
 TITLE = "Job"
 JOB_METRICS = ("tensor_active_pct", "sm_active_pct", "util_pct", "power_w", "temp_c")

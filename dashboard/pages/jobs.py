@@ -6,9 +6,9 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from dashboard import data
-from dashboard.components import ago, banner, guarded, query_params, query_string, table
-from dashboard.context import Context
+from gpuscope.dashboard import data
+from gpuscope.dashboard.components import ago, banner, guarded, query_params, query_string, table
+from gpuscope.dashboard.context import Context
 
 TITLE = "Jobs"
 STATES = {"running": "running", "all": "running and recent", "finished": "finished"}

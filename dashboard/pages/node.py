@@ -8,10 +8,10 @@ from urllib.parse import unquote
 
 from dash import Dash, Input, Output, State, dcc, html
 
-from dashboard import data
-from dashboard.components import banner, guarded, nothing, query_params, query_string, table
-from dashboard.context import Context
-from dashboard.figures import message_figure, nic_figure, series_figure
+from gpuscope.dashboard import data
+from gpuscope.dashboard.components import banner, guarded, nothing, query_params, query_string, table
+from gpuscope.dashboard.context import Context
+from gpuscope.dashboard.figures import message_figure, nic_figure, series_figure
 
 TITLE = "Node"
 # NVML clock event reasons (nvmlClocksEventReasons*)

@@ -7,10 +7,10 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from dashboard import data
-from dashboard.components import ago, badge, banner, guarded, nothing, query_params
-from dashboard.context import Context
-from dashboard.figures import heatmap_figure, message_figure, rack_power_figure
+from gpuscope.dashboard import data
+from gpuscope.dashboard.components import ago, badge, banner, guarded, nothing, query_params
+from gpuscope.dashboard.context import Context
+from gpuscope.dashboard.figures import heatmap_figure, message_figure, rack_power_figure
 
 TITLE = "Overview"
 

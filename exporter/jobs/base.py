@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from exporter.snapshot import GpuIdentity, JobInfo
+from gpuscope.exporter.snapshot import GpuIdentity, JobInfo
 
 __all__ = ["JobInfo", "JobSource"]
 

@@ -6,9 +6,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.jobs.base import JobSource
-from exporter.jobs.slurm import DEFAULT_CGROUP_ROOT, SlurmJobs
-from exporter.sources.base import Source
+from gpuscope.exporter.jobs.base import JobSource
+from gpuscope.exporter.jobs.slurm import DEFAULT_CGROUP_ROOT, SlurmJobs
+from gpuscope.exporter.sources.base import Source
 
 log = logging.getLogger(__name__)
 

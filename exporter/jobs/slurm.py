@@ -17,9 +17,9 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.jobs.base import JobInfo
-from exporter.snapshot import GpuIdentity
-from exporter.sources.errors import LogOnce
+from gpuscope.exporter.jobs.base import JobInfo
+from gpuscope.exporter.snapshot import GpuIdentity
+from gpuscope.exporter.sources.errors import LogOnce
 
 log = logging.getLogger(__name__)
 

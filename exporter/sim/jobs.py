@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.sim.topology import NodeSpec
+from gpuscope.exporter.sim.topology import NodeSpec
 
 EPOCH_SECONDS = 7200.0
 USERS = ("alice", "bob", "chen", "dana", "emeka", "farah", "goran", "hiro")

@@ -13,9 +13,9 @@ import uuid
 
 import numpy as np
 
-from exporter.sim.jobs import JobRun, JobSchedule
-from exporter.sim.topology import NodeSpec
-from exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading
+from gpuscope.exporter.sim.jobs import JobRun, JobSchedule
+from gpuscope.exporter.sim.topology import NodeSpec
+from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading
 
 MODEL = "NVIDIA H100 80GB HBM3"
 FB_TOTAL_BYTES = 81_559 * 2**20

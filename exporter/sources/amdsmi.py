@@ -15,9 +15,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from exporter.snapshot import GpuIdentity, GpuReading, PortReading
-from exporter.sources.base import BackendUnavailable
-from exporter.sources.errors import GroupGuard, LogOnce
+from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, PortReading
+from gpuscope.exporter.sources.base import BackendUnavailable
+from gpuscope.exporter.sources.errors import GroupGuard, LogOnce
 
 log = logging.getLogger(__name__)
 

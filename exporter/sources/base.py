@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from exporter.snapshot import GpuReading, PortReading
+from gpuscope.exporter.snapshot import GpuReading, PortReading
 
 
 class BackendUnavailable(RuntimeError):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from exporter.snapshot import GpuReading, PortReading
-from exporter.sources.base import Source
+from gpuscope.exporter.snapshot import GpuReading, PortReading
+from gpuscope.exporter.sources.base import Source
 
 
 class CombinedSource:

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.snapshot import PortIdentity, PortReading
-from exporter.sources.base import BackendUnavailable
-from exporter.sources.errors import LogOnce
+from gpuscope.exporter.snapshot import PortIdentity, PortReading
+from gpuscope.exporter.sources.base import BackendUnavailable
+from gpuscope.exporter.sources.errors import LogOnce
 
 log = logging.getLogger(__name__)
 

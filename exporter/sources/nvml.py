@@ -19,10 +19,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from exporter.snapshot import GpuIdentity, GpuReading, PortReading
-from exporter.sources import nvml_fields
-from exporter.sources.base import BackendUnavailable
-from exporter.sources.errors import GroupGuard, LogOnce
+from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, PortReading
+from gpuscope.exporter.sources import nvml_fields
+from gpuscope.exporter.sources.base import BackendUnavailable
+from gpuscope.exporter.sources.errors import GroupGuard, LogOnce
 
 log = logging.getLogger(__name__)
 

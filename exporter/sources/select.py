@@ -10,21 +10,21 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.sources.base import BackendUnavailable, Source
-from exporter.sources.combined import CombinedSource
-from exporter.sources.infiniband import DEFAULT_ROOT, InfinibandSource
+from gpuscope.exporter.sources.base import BackendUnavailable, Source
+from gpuscope.exporter.sources.combined import CombinedSource
+from gpuscope.exporter.sources.infiniband import DEFAULT_ROOT, InfinibandSource
 
 log = logging.getLogger(__name__)
 
 
 def _nvml() -> Source:
-    from exporter.sources.nvml import NvmlSource
+    from gpuscope.exporter.sources.nvml import NvmlSource
 
     return NvmlSource()
 
 
 def _amdsmi() -> Source:
-    from exporter.sources.amdsmi import AmdSmiSource
+    from gpuscope.exporter.sources.amdsmi import AmdSmiSource
 
     return AmdSmiSource()
 

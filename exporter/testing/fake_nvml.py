@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pynvml as real
 
-from exporter.sources.nvml_fields import field_dtype
+from gpuscope.exporter.sources.nvml_fields import field_dtype
 
 GIB = 2**30
 

@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from alerts import views
-from alerts.config import parse_notify_config
-from alerts.engine import AlertEngine
-from alerts.rules import default_rules_text, parse_rules
-from collector.embedded_pg import throwaway_postgres
-from collector.store import partitions, rollups
-from collector.store.copy_binary import CopyColumn, encode
-from collector.store.migrate import migrate
+from gpuscope.alerts import views
+from gpuscope.alerts.config import parse_notify_config
+from gpuscope.alerts.engine import AlertEngine
+from gpuscope.alerts.rules import default_rules_text, parse_rules
+from gpuscope.collector.store import partitions, rollups
+from gpuscope.collector.store.copy_binary import CopyColumn, encode
+from gpuscope.collector.store.migrate import migrate
+from gpuscope.core.embedded_pg import throwaway_postgres
 
 NODES, GPUS_PER_NODE, PORTS_PER_NODE = 1250, 8, 4
 STEP_S, MINUTES = 10, 30

@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 import psycopg
 
-from collector.embedded_pg import throwaway_postgres
-from collector.store.migrate import migrate
-from collector.store.pools import open_read_pool
-from dashboard.app import create_app
-from dashboard.server import DashboardServer
 from gpuscope.bench import query as query_bench
 from gpuscope.bench.browser import chromium, open_page
+from gpuscope.collector.store.migrate import migrate
+from gpuscope.core.embedded_pg import throwaway_postgres
+from gpuscope.core.pools import open_read_pool
+from gpuscope.dashboard.app import create_app
+from gpuscope.dashboard.server import DashboardServer
 
 PAGES = ("/", "/heatmap", "/power", "/jobs", "/jobs/job-07", "/node/node-042", "/alerts")
 CALLBACK_RUNS = 10

@@ -18,13 +18,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sampler import Sampler
-from exporter.sources.combined import CombinedSource
-from exporter.sources.infiniband import InfinibandSource
-from exporter.sources.nvml import NvmlSource
-from exporter.testing.fake_nvml import h100_node, make_fake_pynvml
-from exporter.testing.fake_sysfs import write_infiniband_tree
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.sampler import Sampler
+from gpuscope.exporter.sources.combined import CombinedSource
+from gpuscope.exporter.sources.infiniband import InfinibandSource
+from gpuscope.exporter.sources.nvml import NvmlSource
+from gpuscope.exporter.testing.fake_nvml import h100_node, make_fake_pynvml
+from gpuscope.exporter.testing.fake_sysfs import write_infiniband_tree
 
 GPUS = 8
 PORTS = 8

@@ -26,15 +26,15 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from collector.embedded_pg import EmbeddedPostgres
-from collector.ingest.wire import decode
-from collector.store.columns import GPU_COLUMNS
-from collector.store.copy_binary import CopyColumn, encode
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.snapshot import Snapshot
-from exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
 from gpuscope.bench.loadgen import push_all
-from gpuscope.listen import free_loopback_port
+from gpuscope.collector.ingest.wire import decode
+from gpuscope.collector.store.columns import GPU_COLUMNS
+from gpuscope.collector.store.copy_binary import CopyColumn, encode
+from gpuscope.core.embedded_pg import EmbeddedPostgres
+from gpuscope.core.listen import free_loopback_port
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
 
 NODES = 1000
 GPUS = 8

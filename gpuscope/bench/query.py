@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from collector import query
-from collector.embedded_pg import throwaway_postgres
-from collector.store import partitions, rollups
-from collector.store.copy_binary import CopyColumn, encode
-from collector.store.migrate import migrate
+from gpuscope.collector import query
+from gpuscope.collector.store import partitions, rollups
+from gpuscope.collector.store.copy_binary import CopyColumn, encode
+from gpuscope.collector.store.migrate import migrate
+from gpuscope.core.embedded_pg import throwaway_postgres
 
 NODES, GPUS_PER_NODE, RACKS = 128, 8, 32
 STEP_S = 10

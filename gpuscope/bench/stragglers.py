@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from collector.stragglers.detector import JobDetector, Straggler
-from exporter.sim.training import FAULT_KINDS, Fault, Telemetry, TrainingJob, simulate
+from gpuscope.exporter.sim.training import FAULT_KINDS, Fault, Telemetry, TrainingJob, simulate
+from gpuscope.stragglers.detector import JobDetector, Straggler
 
 SEVERITIES = (0.05, 0.1, 0.2, 0.5)
 TUNING = range(0, 200)

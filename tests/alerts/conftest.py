@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from alerts import views
+from gpuscope.alerts import views
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from collector.store import partitions
+from gpuscope.collector.store import partitions
 
 
 def ensure_partitions(dsn: str) -> None:

@@ -12,19 +12,15 @@ import httpx
 import psycopg
 import pytest
 
-from collector.auth import TokenAuth
-from collector.main import create_app
-from collector.service import BackgroundServer
+from tests.processes import running_collector
 
 ADMIN = "admin-" + secrets.token_urlsafe(16)
 
 
 @pytest.fixture
 def api(dsn: str) -> Iterator[str]:
-    server = BackgroundServer(create_app(dsn, TokenAuth(["x" * 20]), admin_auth=TokenAuth([ADMIN])), "127.0.0.1", 0)
-    server.start()
-    yield f"http://127.0.0.1:{server.port}"
-    server.stop()
+    with running_collector(dsn, admin_token=ADMIN) as collector:
+        yield collector.url
 
 
 def test_silences_are_created_listed_and_expired_with_the_admin_token(api: str) -> None:

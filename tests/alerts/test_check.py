@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from alerts.check import check_sql
-from alerts.rules import default_rules_text, parse_rules
+from gpuscope.alerts.check import check_sql
+from gpuscope.alerts.rules import default_rules_text, parse_rules
 from gpuscope.cli import main
 
 BROKEN = """

@@ -15,11 +15,12 @@ import httpx
 import psycopg
 import pytest
 
-from alerts.config import NotifyConfig, parse_notify_config
-from alerts.delivery import Delivery
-from alerts.dispatch import dispatch
-from alerts.engine import AlertEngine
-from alerts.rules import parse_rules
+from gpuscope.alerts.config import NotifyConfig, parse_notify_config
+from gpuscope.alerts.delivery import Delivery
+from gpuscope.alerts.dispatch import dispatch
+from gpuscope.alerts.engine import AlertEngine
+from gpuscope.alerts.part import alerts_part
+from gpuscope.alerts.rules import parse_rules
 from gpuscope.cli import main
 from tests.alerts.receiver import ChatReceiver, Reply
 from tests.alerts.telemetry import add_node, gpu_sample
@@ -180,7 +181,7 @@ groups:
 
 
 def test_a_restart_in_the_middle_of_delivery_loses_nothing_and_repeats_nothing(dsn: str) -> None:
-    from alerts import views
+    from gpuscope.alerts import views
 
     views.apply(dsn)
     for n in range(5):
@@ -206,7 +207,9 @@ def test_a_restart_in_the_middle_of_delivery_loses_nothing_and_repeats_nothing(d
                 return conn.execute("SELECT count(*) FROM alert_notification WHERE status = 'sent'").fetchone() == (5,)
 
         async def engine_until(done: Any, timeout: float) -> None:
-            task = asyncio.create_task(AlertEngine(parse_rules(RULE), cfg, tick_s=0.1).run(dsn))
+            task = asyncio.create_task(
+                alerts_part(AlertEngine(parse_rules(RULE), cfg, tick_s=0.1)).leader_tasks[0].run(dsn)
+            )
             deadline = time.monotonic() + timeout
             while not await asyncio.to_thread(done) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)

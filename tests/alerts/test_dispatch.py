@@ -10,12 +10,12 @@ from typing import Any
 
 import psycopg
 
-from alerts import silences
-from alerts.config import NotifyConfig, parse_notify_config
-from alerts.dispatch import dispatch
-from alerts.evaluate import fingerprint
-from alerts.matchers import parse_matcher
-from alerts.state import Instance
+from gpuscope.alerts import silences
+from gpuscope.alerts.config import NotifyConfig, parse_notify_config
+from gpuscope.alerts.dispatch import dispatch
+from gpuscope.alerts.evaluate import fingerprint
+from gpuscope.alerts.matchers import parse_matcher
+from gpuscope.alerts.state import Instance
 
 T0 = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from alerts.engine import AlertEngine
-from alerts.rules import default_rules_text, parse_rules
+from gpuscope.alerts.engine import AlertEngine
+from gpuscope.alerts.rules import default_rules_text, parse_rules
 from tests.alerts.telemetry import add_node, event, gpu_sample
 
 T = TypeVar("T")

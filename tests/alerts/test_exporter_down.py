@@ -8,12 +8,12 @@ import time
 
 import psycopg
 
-from alerts import views
-from alerts.engine import AlertEngine
-from alerts.rules import default_rules_text, parse_rules
-from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from tests.conftest import RunningCollector
+from gpuscope.alerts import views
+from gpuscope.alerts.engine import AlertEngine
+from gpuscope.alerts.rules import default_rules_text, parse_rules
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from tests.processes import RunningCollector
 
 
 def test_pushes_are_noted_and_a_silent_exporter_is_down(collector: RunningCollector) -> None:

@@ -8,10 +8,11 @@ import time
 
 import psycopg
 
-from alerts import views
-from alerts.config import parse_notify_config
-from alerts.engine import LOCK_KEY, AlertEngine
-from alerts.rules import parse_rules
+from gpuscope.alerts import views
+from gpuscope.alerts.config import parse_notify_config
+from gpuscope.alerts.engine import LOCK_KEY, AlertEngine
+from gpuscope.alerts.part import alerts_part
+from gpuscope.alerts.rules import parse_rules
 from tests.alerts.receiver import ChatReceiver
 from tests.alerts.telemetry import add_node, gpu_sample
 
@@ -52,9 +53,13 @@ def test_one_engine_leads_and_another_takes_over(dsn: str) -> None:
             return int(row[0]) if row else 0
 
         async def scenario() -> float:
-            first = asyncio.create_task(AlertEngine(parse_rules(RULES), config, tick_s=0.1).run(dsn))
+            first = asyncio.create_task(
+                alerts_part(AlertEngine(parse_rules(RULES), config, tick_s=0.1)).leader_tasks[0].run(dsn)
+            )
             await asyncio.to_thread(receiver.wait_for, "/hook", 1)
-            second = asyncio.create_task(AlertEngine(parse_rules(RULES), config, tick_s=0.1).run(dsn))
+            second = asyncio.create_task(
+                alerts_part(AlertEngine(parse_rules(RULES), config, tick_s=0.1)).leader_tasks[0].run(dsn)
+            )
             await asyncio.sleep(2.5)
             assert await asyncio.to_thread(lock_holders) == 1, "exactly one engine holds the lock"
             first.cancel()  # the leading collector goes away

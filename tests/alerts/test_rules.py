@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from alerts.config import ConfigError, parse_notify_config
-from alerts.duration import parse_duration
-from alerts.matchers import parse_matcher
-from alerts.rules import RulesError, default_rules_text, parse_rules
-from alerts.template import compile_template
+from gpuscope.alerts.config import ConfigError, parse_notify_config
+from gpuscope.alerts.duration import parse_duration
+from gpuscope.alerts.matchers import parse_matcher
+from gpuscope.alerts.rules import RulesError, default_rules_text, parse_rules
+from gpuscope.alerts.template import compile_template
 
 
 def test_the_shipped_rules_parse_and_cover_what_the_issue_asks() -> None:

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from collector.store.allocations import STALE_AFTER, expire_stale
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.snapshot import JobInfo, Snapshot
-from exporter.wire import Origin, encode_batch
+from gpuscope.collector.store.allocations import STALE_AFTER, expire_stale
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.snapshot import JobInfo, Snapshot
+from gpuscope.exporter.wire import Origin, encode_batch
 from tests.collector.test_ingest import post
-from tests.conftest import RunningCollector
+from tests.processes import RunningCollector
 
 START = float(int(time.time()) - 120)  # whole seconds: the assertions compare rounded epochs
 topology = build_topology(1, 2, 1, cluster="alloc")

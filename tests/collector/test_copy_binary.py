@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import psycopg
 
-from collector.store.copy_binary import CopyColumn, encode
+from gpuscope.collector.store.copy_binary import CopyColumn, encode
 
 
 def test_round_trip_with_nulls_in_mixed_patterns(dsn: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from collector.embedded_pg import EmbeddedPostgres, PostgresNotFound, find_pg_bin
+from gpuscope.core.embedded_pg import EmbeddedPostgres, PostgresNotFound, find_pg_bin
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from collector.ingest.wire import decode
-from collector.store.group_writer import GroupWriter
-from collector.store.writer import InventoryCache
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.snapshot import Snapshot
-from exporter.wire import Origin, encode_batch
+from gpuscope.collector.ingest.wire import decode
+from gpuscope.collector.store.group_writer import GroupWriter
+from gpuscope.collector.store.writer import InventoryCache
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.wire import Origin, encode_batch
 from tests.conftest import count_rows
 
 
@@ -70,7 +70,7 @@ def test_one_bad_batch_fails_alone(dsn: str) -> None:
 
 
 def test_a_bug_fails_the_requests_instead_of_hanging(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.store import group_writer
+    from gpuscope.collector.store import group_writer
 
     async def broken(*_args: object) -> None:
         raise RuntimeError("bug")

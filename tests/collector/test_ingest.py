@@ -7,16 +7,18 @@ import gzip
 import json
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import pytest
 
-from exporter.events import Event
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.snapshot import Snapshot
-from exporter.wire import Origin, encode_batch
-from tests.conftest import RunningCollector, count_rows
+from gpuscope.exporter.events import Event
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.wire import Origin, encode_batch
+from tests.conftest import count_rows
+from tests.processes import RunningCollector, running_collector
 
 TABLES = ("node", "gpu", "ib_port", "ingest_batch", "gpu_sample", "ib_port_sample", "event")
 
@@ -282,16 +284,16 @@ def test_failure_mid_batch_rolls_back_everything(collector: RunningCollector) ->
 
 def test_every_catalog_metric_has_a_column() -> None:
     """The exporter's catalog and the collector's columns are kept apart on purpose; this keeps them in step."""
-    from collector.store.columns import GPU_COLUMNS, PORT_COLUMNS
-    from exporter.catalog import keys_for
+    from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS
+    from gpuscope.exporter.catalog import keys_for
 
     assert set(keys_for("gpu")) == {c.key for c in GPU_COLUMNS}
     assert set(keys_for("ib")) == {c.key for c in PORT_COLUMNS}
 
 
 def test_nvml_batch_with_every_metric_is_stored(collector: RunningCollector) -> None:
-    from exporter.sources.nvml import NvmlSource
-    from exporter.testing.fake_nvml import h100_node, make_fake_pynvml
+    from gpuscope.exporter.sources.nvml import NvmlSource
+    from gpuscope.exporter.testing.fake_nvml import h100_node, make_fake_pynvml
 
     source = NvmlSource(make_fake_pynvml(h100_node(2)), xid_events=False)
     now = time.time()
@@ -309,47 +311,31 @@ def test_nvml_batch_with_every_metric_is_stored(collector: RunningCollector) -> 
 
 
 def test_per_node_token_is_valid_for_its_node_only(dsn: str) -> None:
-    from collector.auth import TokenAuth
-    from collector.main import create_app
-    from collector.service import BackgroundServer
-
     shared, mine = "shared-token-0123456789", "node-000-token-0123456789"
-    server = BackgroundServer(create_app(dsn, TokenAuth([shared], {"node-000": mine})), "127.0.0.1", 0)
-    server.start()
-    try:
-        running = RunningCollector(url=f"http://127.0.0.1:{server.port}", token=mine, dsn=dsn)
+    with running_collector(dsn, token=shared, node_tokens={"node-000": mine}) as collector:
+        running = replace(collector, token=mine)
         assert post(running, make_batch(seq=1)).status_code == 200  # make_batch reports node-000
         other = make_batch(seq=2)
         other["source"]["node"] = "node-001"
         refused = post(running, other)
         assert refused.status_code == 403 and refused.json()["detail"][0]["loc"] == ["source", "node"]
         assert post(running, other, token=shared).status_code == 200
-    finally:
-        server.stop()
     assert count_rows(dsn, "ingest_batch") == 2
 
 
 def test_read_api_can_require_a_token(dsn: str) -> None:
-    from collector.auth import TokenAuth
-    from collector.main import create_app
-    from collector.service import BackgroundServer
-
     reader = "read-token-0123456789abc"
-    server = BackgroundServer(create_app(dsn, TokenAuth(["x" * 20]), read_auth=TokenAuth([reader])), "127.0.0.1", 0)
-    server.start()
-    try:
-        url = f"http://127.0.0.1:{server.port}/api/v1/rack-power"
+    with running_collector(dsn, read_token=reader) as collector:
+        url = f"{collector.url}/api/v1/rack-power"
         assert httpx.get(url).status_code == 401
         assert httpx.get(url, headers={"Authorization": "Bearer wrong-wrong-wrong-wrong"}).status_code == 401
         assert httpx.get(url, headers={"Authorization": f"Bearer {reader}"}).status_code == 200
-        assert httpx.get(f"http://127.0.0.1:{server.port}/healthz").status_code == 200, "health stays open"
-    finally:
-        server.stop()
+        assert httpx.get(f"{collector.url}/healthz").status_code == 200, "health stays open"
 
 
 def test_node_tokens_file_rules(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from collector.auth import read_node_tokens
-    from gpuscope.tokens import TokenError
+    from gpuscope.collector.api.auth import read_node_tokens
+    from gpuscope.core.tokens import TokenError
 
     good = tmp_path / "tokens"
     good.write_text("# node token\nnode-1 aaaaaaaaaaaaaaaaaaaa\n\nnode-2 bbbbbbbbbbbbbbbbbbbb\n")

@@ -12,12 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from exporter.events import Event
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.snapshot import JobInfo, Snapshot
-from exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.exporter.events import Event
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.snapshot import JobInfo, Snapshot
+from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
 from tests.collector.test_ingest import NOTHING, post, stored
-from tests.conftest import RunningCollector, count_rows
+from tests.conftest import count_rows
+from tests.processes import RunningCollector
 
 ROWS = 40  # 5 snapshots of 8 GPUs
 

@@ -12,13 +12,14 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from psycopg import sql
 
-from collector.store import partitions
-from collector.store.migrate import migrate
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.snapshot import Snapshot
-from exporter.wire import Origin, encode_batch
+from gpuscope.collector.store import partitions
+from gpuscope.collector.store.migrate import migrate
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.wire import Origin, encode_batch
 from tests.collector.test_ingest import post
-from tests.conftest import RunningCollector, count_rows
+from tests.conftest import count_rows
+from tests.processes import RunningCollector
 
 _names = itertools.count()
 

@@ -9,9 +9,9 @@ import numpy as np
 import psycopg
 import pytest
 
-from collector import query
-from collector.query.cells import Splits, cells_query
-from collector.store import rollups
+from gpuscope.collector import query
+from gpuscope.collector.query.cells import Splits, cells_query
+from gpuscope.collector.store import rollups
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 

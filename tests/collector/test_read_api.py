@@ -13,12 +13,12 @@ import httpx
 import psycopg
 import pytest
 
-from collector.store import rollups
-from exporter.events import Event
-from exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
-from exporter.wire import Origin, encode_batch
+from gpuscope.collector.store import rollups
+from gpuscope.exporter.events import Event
+from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
+from gpuscope.exporter.wire import Origin, encode_batch
 from tests.collector.test_ingest import post
-from tests.conftest import RunningCollector
+from tests.processes import RunningCollector
 
 GPUS = [GpuIdentity(i, f"GPU-{i}", "H100", f"00:{i:02x}") for i in range(8)]
 PORT = PortIdentity("mlx5_0", 1)

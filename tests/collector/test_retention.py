@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from collector.store.retention import Retention, apply
+from gpuscope.collector.store.retention import Retention, apply
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 AGES_DAYS = (1, 45, 120, 800)

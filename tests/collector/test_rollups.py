@@ -7,10 +7,10 @@ import time
 
 import psycopg
 
-from collector.store import rollups
+from gpuscope.collector.store import rollups
 from tests.collector.test_ingest import post
 from tests.collector.test_partitions import batch_at
-from tests.conftest import RunningCollector
+from tests.processes import RunningCollector
 
 
 def test_ingested_minutes_are_marked_and_rolled_up_once_settled(collector: RunningCollector) -> None:

@@ -14,7 +14,7 @@ import httpx
 
 from gpuscope.bench import ingest
 from gpuscope.bench.loadgen import push_all
-from gpuscope.listen import free_loopback_port
+from gpuscope.core.listen import free_loopback_port
 from tests.conftest import count_rows
 from tests.test_cli import GPUSCOPE
 

@@ -6,6 +6,7 @@ to test-artifacts/dashboard/."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Iterator
@@ -16,22 +17,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from alerts.engine import AlertEngine
-from alerts.rules import parse_rules
-from collector.auth import TokenAuth
-from collector.embedded_pg import EmbeddedPostgres
-from collector.main import create_app as create_collector
-from collector.service import BackgroundServer
-from collector.store.pools import open_read_pool
-from collector.stragglers.watch import StragglerWatch
-from dashboard.app import create_app as create_dashboard
-from dashboard.context import DashboardOptions
-from dashboard.server import DashboardServer
-from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.sim.training import Fault, simulate
 from gpuscope.bench.browser import console_errors, graph_data, open_page, screenshot, wait_until
-from tests.conftest import RunningCollector, new_database, require_tool
+from gpuscope.core.embedded_pg import EmbeddedPostgres
+from gpuscope.dashboard_process import DashboardSettings
+from gpuscope.dashboard_process import build as build_dashboard
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.sim.training import Fault, simulate
+from gpuscope.stragglers.watch import StragglerWatch
+from tests.conftest import new_database, require_tool
+from tests.processes import running_collector
 from tests.stragglers import test_watch
 
 RULES = """
@@ -62,13 +57,9 @@ def stack(postgres: EmbeddedPostgres) -> Iterator[Stack]:
     require_tool("chromedriver")
     dsn = new_database(postgres)
     token, admin = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-    engine = AlertEngine(parse_rules(RULES), None, tick_s=0.2)
-    collector = BackgroundServer(
-        create_collector(dsn, TokenAuth([token]), alert_engine=engine, admin_auth=TokenAuth([admin])), "127.0.0.1", 0
-    )
-    collector.start()
-    url = f"http://127.0.0.1:{collector.port}"
-    running = RunningCollector(url=url, token=token, dsn=dsn)
+    stack = contextlib.ExitStack()
+    running = stack.enter_context(running_collector(dsn, token=token, admin_token=admin, rules=RULES, alert_tick_s=0.2))
+    url = running.url
     # A training job whose GPU 2 on its second node runs hot and slows the job by 20%, still now.
     start = time.time() - test_watch.HISTORY_S - 20
     fault = Fault("thermal", 1, 2, onset_s=1500.0, end_s=test_watch.HISTORY_S + 3600, severity=0.2)
@@ -87,18 +78,15 @@ def stack(postgres: EmbeddedPostgres) -> Iterator[Stack]:
     exporters[1].source.fail_cooling(3, 60.0)  # type: ignore[attr-defined]
     for exporter in exporters:
         exporter.start()
-    pool = open_read_pool(dsn, max_size=4)
-    dashboard = DashboardServer(
-        create_dashboard(pool, DashboardOptions(collector_url=url, refresh_ms=1500)), "127.0.0.1", 0
-    )
+    settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", collector_url=url, refresh_ms=1500)
+    dashboard = stack.enter_context(build_dashboard(settings))
     dashboard.start()
     time.sleep(2.5)  # a few pushes, an evaluation or two
     yield Stack(f"http://127.0.0.1:{dashboard.port}", url, admin, dsn, 32 + test_watch.JOB.nodes * 4)
     dashboard.stop()
-    pool.close()
     for exporter in exporters:
         exporter.stop()
-    collector.stop()
+    stack.close()
 
 
 async def _watch(dsn: str, now: datetime) -> None:

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from collector.query import GpuRow, Heatmap, RackPower
-from dashboard.figures import Mark, heatmap_figure, rack_power_figure
-from dashboard.grid import MAX_CELLS, choose_level, to_grid
+from gpuscope.collector.query import GpuRow, Heatmap, RackPower
+from gpuscope.dashboard.figures import Mark, heatmap_figure, rack_power_figure
+from gpuscope.dashboard.grid import MAX_CELLS, choose_level, to_grid
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -60,7 +60,7 @@ def test_rack_power_figure_in_kilowatts() -> None:
 
 
 def test_coarsen_widens_buckets_for_the_screen() -> None:
-    from dashboard.grid import coarsen
+    from gpuscope.dashboard.grid import coarsen
 
     rows = [GpuRow(1, "c", "r", "n", 0, "GPU-1")]
     times = [T0 + timedelta(minutes=m) for m in range(5)]  # T0 is on a 2-minute boundary

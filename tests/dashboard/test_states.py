@@ -11,14 +11,14 @@ import httpx
 import psycopg
 import pytest
 
-from collector.store.pools import open_read_pool
-from dashboard import data
-from dashboard.app import create_app
-from dashboard.auth import BasicAuthError, hash_password, read_users
-from dashboard.context import DashboardOptions, read_rack_budgets
-from dashboard.server import DashboardServer
 from gpuscope.bench.browser import console_errors, open_page, screenshot
-from gpuscope.listen import free_loopback_port
+from gpuscope.core.listen import free_loopback_port
+from gpuscope.core.pools import open_read_pool
+from gpuscope.dashboard import data
+from gpuscope.dashboard.app import create_app
+from gpuscope.dashboard.auth import BasicAuthError, hash_password, read_users
+from gpuscope.dashboard.context import DashboardOptions, read_rack_budgets
+from gpuscope.dashboard.server import DashboardServer
 from tests.alerts.telemetry import ensure_partitions
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts.rules import default_rules_text, parse_rules
+from gpuscope.alerts.rules import default_rules_text, parse_rules
 from tests.conftest import require_tool
 
 PROMETHEUS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
@@ -34,7 +34,7 @@ def test_promtool_unit_tests_fire_each_alert() -> None:
 
 def test_promql_and_sql_rules_are_the_same_alerts() -> None:
     def seconds(text: str) -> float:
-        from alerts.duration import parse_duration
+        from gpuscope.alerts.duration import parse_duration
 
         return parse_duration(text, "for")
 
@@ -58,7 +58,7 @@ def test_promql_and_sql_rules_are_the_same_alerts() -> None:
 
 
 def test_the_example_notification_file_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
-    from alerts.config import load_notify_config
+    from gpuscope.alerts.config import load_notify_config
 
     for name in ("SLACK", "TEAMS", "DISCORD"):
         monkeypatch.setenv(f"GPUSCOPE_{name}_WEBHOOK", f"https://hooks.example/{name.lower()}/secret")

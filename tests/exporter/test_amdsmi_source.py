@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sources.amdsmi import AmdSmiSource, load_amdsmi
-from exporter.sources.base import BackendUnavailable
-from exporter.testing.fake_amdsmi import FakeAmdGpu, make_fake_amdsmi, mi300x_node
+from gpuscope.exporter.sources.amdsmi import AmdSmiSource, load_amdsmi
+from gpuscope.exporter.sources.base import BackendUnavailable
+from gpuscope.exporter.testing.fake_amdsmi import FakeAmdGpu, make_fake_amdsmi, mi300x_node
 
 
 def test_values_in_catalog_units_with_xgmi_as_links() -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collector.ingest.batch import EventIn
-from collector.ingest.wire import decode
-from exporter.events import Event, EventTracker
-from exporter.pusher import Pusher
-from exporter.snapshot import GpuIdentity, GpuReading, Snapshot
-from exporter.wire import BINARY_CONTENT_TYPE, Origin
+from gpuscope.collector.ingest.wire import decode
+from gpuscope.collector.store.batch import EventIn
+from gpuscope.exporter.events import Event, EventTracker
+from gpuscope.exporter.pusher import Pusher
+from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, Snapshot
+from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin
 
 GPU0 = GpuIdentity(0, "GPU-a", "H100", "00:18")
 GPU1 = GpuIdentity(1, "GPU-b", "H100", "00:19")

@@ -11,10 +11,10 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition import ExporterIdentity, Exposition
-from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.snapshot import GpuReading, Snapshot
+from gpuscope.exporter.exposition import ExporterIdentity, Exposition
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.snapshot import GpuReading, Snapshot
 
 T0 = 1_790_000_000.0
 
@@ -109,7 +109,7 @@ def test_healthz_reports_snapshot_age(exporter: NodeExporter) -> None:
 
 
 def test_jobs_are_exposed_as_info_for_promql_joins() -> None:
-    from exporter.snapshot import JobInfo
+    from gpuscope.exporter.snapshot import JobInfo
 
     topology = build_topology(1, 4, 1)
     gpus, ports = SimNodeSource(topology[0], JobSchedule(topology, 3), 3).read(T0)

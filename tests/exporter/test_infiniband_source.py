@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.base import BackendUnavailable
-from exporter.sources.infiniband import InfinibandSource
+from gpuscope.exporter.sources.base import BackendUnavailable
+from gpuscope.exporter.sources.infiniband import InfinibandSource
 
 ROOT = Path(__file__).resolve().parent.parent / "data" / "sys" / "class" / "infiniband"
 

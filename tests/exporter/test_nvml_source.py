@@ -8,9 +8,9 @@ import time
 import pynvml
 import pytest
 
-from exporter.sources.base import BackendUnavailable
-from exporter.sources.nvml import SLOW_EVERY, NvmlSource
-from exporter.testing.fake_nvml import FakeGpu, h100_node, make_fake_pynvml
+from gpuscope.exporter.sources.base import BackendUnavailable
+from gpuscope.exporter.sources.nvml import SLOW_EVERY, NvmlSource
+from gpuscope.exporter.testing.fake_nvml import FakeGpu, h100_node, make_fake_pynvml
 
 
 def read_twice(source: NvmlSource) -> list:

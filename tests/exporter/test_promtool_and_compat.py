@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition import ExporterIdentity, Exposition
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.snapshot import Snapshot
-from exporter.sources.amdsmi import AmdSmiSource
-from exporter.sources.combined import CombinedSource
-from exporter.sources.infiniband import InfinibandSource
-from exporter.sources.nvml import NvmlSource
-from exporter.testing.fake_amdsmi import make_fake_amdsmi, mi300x_node
-from exporter.testing.fake_nvml import h100_node, make_fake_pynvml
+from gpuscope.exporter.exposition import ExporterIdentity, Exposition
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.sources.amdsmi import AmdSmiSource
+from gpuscope.exporter.sources.combined import CombinedSource
+from gpuscope.exporter.sources.infiniband import InfinibandSource
+from gpuscope.exporter.sources.nvml import NvmlSource
+from gpuscope.exporter.testing.fake_amdsmi import make_fake_amdsmi, mi300x_node
+from gpuscope.exporter.testing.fake_nvml import h100_node, make_fake_pynvml
 from tests.conftest import require_tool
 
 IB_ROOT = Path(__file__).resolve().parent.parent / "data" / "sys" / "class" / "infiniband"

@@ -5,15 +5,13 @@ from __future__ import annotations
 import time
 import uuid
 
-from collector.auth import TokenAuth
-from collector.main import create_app
-from collector.service import BackgroundServer
-from exporter.pusher import Pusher
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.snapshot import Snapshot
-from exporter.wire import Origin
-from gpuscope.listen import free_loopback_port as free_port
-from tests.conftest import RunningCollector, count_rows
+from gpuscope.core.listen import free_loopback_port as free_port
+from gpuscope.exporter.pusher import Pusher
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.wire import Origin
+from tests.conftest import count_rows
+from tests.processes import RunningCollector, running_collector
 
 
 def snapshots(count: int) -> list[Snapshot]:
@@ -40,13 +38,11 @@ def test_collector_away_then_back_loses_nothing(dsn: str) -> None:
     assert pusher.push_once() is False, "nothing listens yet: the batch must be kept for a retry"
     assert pusher.pending() == 10 and pusher.stats.failures == 1
 
-    server = BackgroundServer(create_app(dsn, TokenAuth([token])), "127.0.0.1", port)
-    server.start()
-    try:
-        assert pusher.flush(time.monotonic() + 10)
-    finally:
-        pusher.close()
-        server.stop()
+    with running_collector(dsn, token=token, port=port):
+        try:
+            assert pusher.flush(time.monotonic() + 10)
+        finally:
+            pusher.close()
     assert pusher.stats.snapshots_sent == 10 and pusher.stats.batches_sent == 3
     assert count_rows(dsn, "gpu_sample") == 80
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.base import BackendUnavailable, Source
-from exporter.sources.nvml import NvmlSource
-from exporter.sources.select import open_source
-from exporter.testing.fake_nvml import h100_node, make_fake_pynvml
+from gpuscope.exporter.sources.base import BackendUnavailable, Source
+from gpuscope.exporter.sources.nvml import NvmlSource
+from gpuscope.exporter.sources.select import open_source
+from gpuscope.exporter.testing.fake_nvml import h100_node, make_fake_pynvml
 
 IB_ROOT = Path(__file__).resolve().parent.parent / "data" / "sys" / "class" / "infiniband"
 

@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.sim.jobs import EPOCH_SECONDS
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.sim.jobs import EPOCH_SECONDS
 
 T0 = 1_790_000_000.0  # a fixed instant, so the tests do not depend on when they run
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.jobs.slurm import SlurmJobs
-from exporter.snapshot import GpuIdentity, JobInfo
+from gpuscope.exporter.jobs.slurm import SlurmJobs
+from gpuscope.exporter.snapshot import GpuIdentity, JobInfo
 from tests.conftest import require_tool
 
 DEPLOY = Path(__file__).resolve().parent.parent.parent / "deploy" / "slurm"

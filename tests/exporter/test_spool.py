@@ -2,31 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from pathlib import Path
 
 import psycopg
 
-from collector.auth import TokenAuth
-from collector.main import create_app
-from collector.service import BackgroundServer
-from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.pusher import Pusher
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from exporter.spool import Spool
-from exporter.wire import Origin
-from gpuscope.listen import free_loopback_port as free_port
+from gpuscope.core.listen import free_loopback_port as free_port
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.pusher import Pusher
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from gpuscope.exporter.spool import Spool
+from gpuscope.exporter.wire import Origin
 from tests.conftest import count_rows
 from tests.exporter.test_pusher import snapshots
+from tests.processes import running_collector
 
 TOKEN = "s" * 32
 
 
-def collector_on(dsn: str, port: int) -> BackgroundServer:
-    server = BackgroundServer(create_app(dsn, TokenAuth([TOKEN])), "127.0.0.1", port)
-    server.start()
-    return server
+def collector_on(dsn: str, port: int) -> contextlib.ExitStack:
+    """A collector on `port` until the returned stack is closed (a test takes it away and back)."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(running_collector(dsn, token=TOKEN, port=port))
+    return stack
 
 
 def stored_rows(dsn: str) -> tuple[int, int]:
@@ -58,7 +58,7 @@ def test_collector_outage_during_pushing_loses_and_duplicates_nothing(dsn: str, 
     exporter.start()
     try:
         time.sleep(1.0)
-        collector.stop()  # the collector goes away for a while...
+        collector.close()  # the collector goes away for a while...
         time.sleep(2.5)
         assert exporter.pusher is not None and exporter.pusher.stats.failures > 0
         assert exporter.pusher.spool is not None and len(exporter.pusher.spool) > 0, "full batches went to disk"
@@ -66,7 +66,7 @@ def test_collector_outage_during_pushing_loses_and_duplicates_nothing(dsn: str, 
         time.sleep(1.0)
     finally:
         exporter.stop(flush_seconds=15)
-        collector.stop()
+        collector.close()
     sampled = exporter.sampler.cycles
     assert stored_rows(dsn) == (sampled * 8, sampled * 8), "every sample stored, exactly once"
     assert len(exporter.pusher.spool) == 0
@@ -100,7 +100,7 @@ def test_unsent_batches_survive_an_exporter_restart(dsn: str, tmp_path: Path) ->
         assert second.flush(time.monotonic() + 10)
         second.close()
     finally:
-        collector.stop()
+        collector.close()
     assert stored_rows(dsn) == (80, 80)
     assert list(spool_dir.iterdir()) == []
 

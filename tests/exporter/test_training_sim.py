@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exporter.sim.training import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, Fault, TrainingJob, simulate
+from gpuscope.exporter.sim.training import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, Fault, TrainingJob, simulate
 
 JOB = TrainingJob(seed=11)
 ONSET, END = 600.0, 1200.0

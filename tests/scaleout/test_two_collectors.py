@@ -14,10 +14,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from alerts.engine import LOCK_KEY
-from exporter.node_exporter import ExporterConfig, NodeExporter
-from exporter.sim import JobSchedule, SimNodeSource, build_topology
-from gpuscope.listen import free_loopback_port
+from gpuscope.alerts.engine import LOCK_KEY
+from gpuscope.core.listen import free_loopback_port
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from tests import test_faults as faults
 from tests.alerts.receiver import ChatReceiver
 from tests.conftest import count_rows

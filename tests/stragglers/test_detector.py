@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sim.training import Fault, TrainingJob, simulate
 from gpuscope.bench.stragglers import detect
+from gpuscope.exporter.sim.training import Fault, TrainingJob, simulate
 
 JOB = TrainingJob(nodes=3, gpus_per_node=8, last_stage_extra=0.15, seed=21)
 ONSET, END = 1200.0, 2100.0

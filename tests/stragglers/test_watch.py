@@ -13,12 +13,12 @@ import httpx
 import psycopg
 import pytest
 
-from collector.stragglers.watch import StragglerWatch
-from exporter.sim.training import Fault, Telemetry, TrainingJob, simulate
-from exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
-from exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.exporter.sim.training import Fault, Telemetry, TrainingJob, simulate
+from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
+from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.stragglers.watch import StragglerWatch
 from tests.collector.test_ingest import post
-from tests.conftest import RunningCollector
+from tests.processes import RunningCollector
 
 JOB = TrainingJob(nodes=2, gpus_per_node=4, seed=8)
 HISTORY_S = 2400.0

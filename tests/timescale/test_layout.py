@@ -14,9 +14,9 @@ import numpy as np
 import psycopg
 import pytest
 
-from collector import query
-from collector.store import partitions, rollups, timescale
-from collector.store.migrate import migrate
+from gpuscope.collector import query
+from gpuscope.collector.store import partitions, rollups, timescale
+from gpuscope.collector.store.migrate import migrate
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 RANGE = query.TimeRange(T0, T0 + timedelta(hours=3))

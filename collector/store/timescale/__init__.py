@@ -16,7 +16,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg import AsyncConnection
 
-from collector.store.migrate import MIGRATION_LOCK_KEY
+from gpuscope.core.migrations import MIGRATION_LOCK_KEY
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ HOUR_AGGREGATES = ("gpu_rollup_1h",)
 
 
 def layout_sql() -> str:
-    return resources.files("collector.store.timescale").joinpath("layout.sql").read_text(encoding="utf-8")
+    return resources.files("gpuscope.collector.store.timescale").joinpath("layout.sql").read_text(encoding="utf-8")
 
 
 def setup(dsn: str, mode: Mode) -> Layout:

@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from gpuscope.listen import free_loopback_port
+from gpuscope.core.listen import free_loopback_port
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from psycopg import Connection
 
-from alerts.silences import SILENCE_COLUMNS, Silence, silence_from_row
+from gpuscope.alerts.silences import SILENCE_COLUMNS, Silence, silence_from_row
 
 AlertState = Literal["active", "firing", "pending", "resolved", "all"]
 STATES: dict[str, tuple[str, ...]] = {

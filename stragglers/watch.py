@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from psycopg import AsyncConnection
 
-from collector.query.timerange import EPOCH
-from collector.stragglers.detector import JobDetector, Settings, Straggler
+from gpuscope.collector.query.timerange import EPOCH
+from gpuscope.stragglers.detector import JobDetector, Settings, Straggler
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import logging
 import secrets
 from pathlib import Path
 
-from gpuscope.tokens import TokenError, read_token_file
+from gpuscope.core.tokens import TokenError, read_token_file
 
 log = logging.getLogger(__name__)
 

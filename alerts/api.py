@@ -1,5 +1,5 @@
-"""The alerting API: alerts, rule health, notification outcomes and silences (read, through the query
-layer), and silences created and expired with the admin token (written by the collector)."""
+"""The alerting API: alerts, rule health, notification outcomes and silences (read through reads.py),
+and silences created and expired with the admin token (written by the collector)."""
 
 from __future__ import annotations
 
@@ -7,32 +7,14 @@ import datetime as dt
 from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from psycopg_pool import AsyncConnectionPool
+from fastapi import APIRouter, Depends, HTTPException, Query
 from pydantic import BaseModel, Field, model_validator
 
-from alerts import silences
-from alerts.matchers import matcher_from
-from collector import query
-from collector.api.deps import ReadPoolDep, require_read_token
+from gpuscope.alerts import reads, silences
+from gpuscope.alerts.matchers import matcher_from
+from gpuscope.collector.api.deps import ReadPoolDep, WritePoolDep, require_admin_token, require_read_token
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
-
-
-async def _pool(request: Request) -> AsyncConnectionPool:
-    return request.app.state.ingest_pool
-
-
-PoolDep = Annotated[AsyncConnectionPool, Depends(_pool)]
-
-
-async def require_admin_token(request: Request) -> str:
-    auth = request.app.state.admin_auth
-    if auth is None:
-        raise HTTPException(403, "silences are read-only here: start the collector with --admin-token-file")
-    if not auth.verify(request.headers.get("authorization")):
-        raise HTTPException(401, "missing or invalid admin bearer token", headers={"WWW-Authenticate": "Bearer"})
-    return "admin"
 
 
 class SilenceIn(BaseModel):
@@ -59,13 +41,13 @@ def get_alerts(
 ) -> list[dict[str, Any]]:
     """Alerts, firing and most severe first, each with the ids of the silences muting it."""
     with pool.connection() as conn:
-        return [asdict(a) for a in query.alerts(conn, state, limit)]
+        return [asdict(a) for a in reads.alerts(conn, state, limit)]
 
 
 @router.get("/alerts/rules", dependencies=[Depends(require_read_token)])
 def get_rules(pool: ReadPoolDep) -> list[dict[str, Any]]:
     with pool.connection() as conn:
-        return [asdict(r) for r in query.rule_status(conn)]
+        return [asdict(r) for r in reads.rule_status(conn)]
 
 
 @router.get("/alerts/notifications", dependencies=[Depends(require_read_token)])
@@ -75,18 +57,18 @@ def get_notifications(
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ) -> list[dict[str, Any]]:
     with pool.connection() as conn:
-        return [asdict(n) for n in query.notifications(conn, status, limit)]
+        return [asdict(n) for n in reads.notifications(conn, status, limit)]
 
 
 @router.get("/silences", dependencies=[Depends(require_read_token)])
 def get_silences(pool: ReadPoolDep, all: bool = False) -> list[dict[str, Any]]:
     now = dt.datetime.now(dt.UTC)
     with pool.connection() as conn:
-        return [s.to_json(now) for s in query.silences(conn, include_expired=all)]
+        return [s.to_json(now) for s in reads.silences(conn, include_expired=all)]
 
 
 @router.post("/silences", status_code=201, dependencies=[Depends(require_admin_token)])
-async def post_silence(pool: PoolDep, body: SilenceIn) -> dict[str, Any]:
+async def post_silence(pool: WritePoolDep, body: SilenceIn) -> dict[str, Any]:
     try:
         matchers = [matcher_from(m) for m in body.matchers]
     except ValueError as exc:
@@ -102,7 +84,7 @@ async def post_silence(pool: PoolDep, body: SilenceIn) -> dict[str, Any]:
 
 
 @router.delete("/silences/{silence_id}", dependencies=[Depends(require_admin_token)])
-async def delete_silence(pool: PoolDep, silence_id: int) -> dict[str, Any]:
+async def delete_silence(pool: WritePoolDep, silence_id: int) -> dict[str, Any]:
     async with pool.connection() as conn:
         silence = await silences.expire(conn, silence_id)
     if silence is None:

@@ -1,0 +1,28 @@
+"""What the collector keeps while it runs, in one typed object on app.state (set in main.py's lifespan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from gpuscope.collector.api.auth import TokenAuth
+from gpuscope.collector.ingest.state import IngestState
+
+
+@dataclass(frozen=True)
+class CollectorState:
+    ingest_pool: AsyncConnectionPool[Any]  # writes (async, on the event loop)
+    read_pool: ConnectionPool[Any]  # reads (sync, in FastAPI's thread pool)
+    ingest: IngestState
+    read_auth: TokenAuth | None  # None: the read API is open
+    admin_auth: TokenAuth | None  # None: nothing may be changed through the API
+
+
+def collector_state(app: FastAPI) -> CollectorState:
+    state = getattr(app.state, "collector", None)
+    if state is None:
+        raise RuntimeError("the collector is not started (its lifespan has not run)")
+    return state

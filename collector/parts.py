@@ -1,0 +1,45 @@
+"""What an extension brings to the collector: schema work at start, routes, and leader tasks.
+
+The collector core (main.py) knows only this shape. The alert engine (alerts/part.py) and the straggler
+watch (stragglers/part.py) each describe themselves as a Part, and the composition root
+(gpuscope/collector_process.py) hands the list to create_app, so the core imports none of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter
+from psycopg import AsyncConnection
+
+from gpuscope.core.leader import lead_when_free
+
+
+@dataclass(frozen=True)
+class LeaderTask:
+    """A loop that runs in one collector at a time: the holder of `lock_key` runs `lead` on its lock
+    connection (with the DSN, to open more) until it ends or fails; the others retry every `retry_s`."""
+
+    name: str
+    lock_key: int
+    lead: Callable[[AsyncConnection[Any], str], Awaitable[None]]
+    retry_s: float
+
+    async def run(self, dsn: str) -> None:
+        """Forever: lead while this process holds the lock, else wait to take over."""
+
+        async def lead(conn: AsyncConnection[Any]) -> None:
+            await self.lead(conn, dsn)
+
+        await lead_when_free(dsn, self.lock_key, lead, self.name, retry_s=self.retry_s)
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    # Schema work after the store's migrations and storage layout (views read the tables the layout made).
+    prepare: Callable[[str], object] | None = None
+    routers: tuple[APIRouter, ...] = ()  # each route checks its own token (collector/api/deps.py)
+    leader_tasks: tuple[LeaderTask, ...] = ()

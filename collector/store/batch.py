@@ -1,0 +1,67 @@
+"""What the store writes: one decoded batch from one exporter, whatever wire format it came in."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    model: str
+    pci_bus_id: str
+
+
+@dataclass(frozen=True)
+class PortInfo:
+    device: str
+    port: int
+
+
+@dataclass(frozen=True)
+class JobRef:
+    job_id: str
+    user: str | None
+
+
+@dataclass(frozen=True)
+class EventIn:
+    ts: float
+    gpu: int | None  # GPU index, or None for the node
+    kind: str
+    code: int | None
+    count: int
+    message: str | None
+
+
+@dataclass(frozen=True)
+class Samples:
+    ts: np.ndarray  # float64 seconds since the epoch
+    device: np.ndarray  # int: GPU index, or position in `ports`
+    values: dict[str, np.ndarray]  # column key -> float64, NaN where not reported
+    up: np.ndarray | None = None  # bool, GPUs only
+    job: np.ndarray | None = None  # int position in Batch.jobs, -1 for no job; None: attribution not reported
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+@dataclass(frozen=True)
+class Batch:
+    exporter_id: uuid.UUID
+    seq: int
+    cluster: str
+    rack: str
+    node: str
+    backend: str
+    gpus: tuple[GpuInfo, ...]
+    ports: tuple[PortInfo, ...]
+    gpu_samples: Samples
+    port_samples: Samples
+    jobs: tuple[JobRef, ...]
+    ignored_fields: tuple[str, ...]  # metric keys this collector does not know (newer exporter)
+    events: tuple[EventIn, ...] = ()

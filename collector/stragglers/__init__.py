@@ -1,1 +1,0 @@
-"""Straggler detection in running jobs (issue 5)."""

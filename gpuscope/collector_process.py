@@ -1,0 +1,156 @@
+"""The collector process: its settings (command-line flags over GPUSCOPE_COLLECTOR_* environment
+variables), build() that turns them into the app with its parts, and run() that serves it.
+
+The CLI, the demo and the tests all start a collector through build(), so none can drift from production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpuscope.alerts.config import load_notify_config
+from gpuscope.alerts.engine import AlertEngine
+from gpuscope.alerts.part import alerts_part
+from gpuscope.alerts.rules import default_rules_text, load_rule_files, parse_rules
+from gpuscope.collector.api.auth import TokenAuth, read_node_tokens, token_or_generate
+from gpuscope.collector.api.fast_ingest import FastIngest
+from gpuscope.collector.main import CollectorConfig, create_app
+from gpuscope.collector.parts import Part
+from gpuscope.collector.service import serve
+from gpuscope.collector.store.retention import Retention
+from gpuscope.collector.store.timescale import Mode
+from gpuscope.collector.workers import reuse_port_socket, run_workers
+from gpuscope.core.embedded_pg import EmbeddedPostgres
+from gpuscope.core.listen import parse_listen
+from gpuscope.core.tokens import read_token_file
+from gpuscope.stragglers.part import stragglers_part
+
+log = logging.getLogger(__name__)
+
+# Exporters on every node push here, so the production default listens on all interfaces.
+DEFAULT_LISTEN = "0.0.0.0:9410"
+
+
+def default_data_dir() -> Path:
+    """Where the embedded database and generated secrets live.
+
+    Root (a system service): /var/lib/gpuscope, which the unprivileged PostgreSQL account can reach.
+    Anyone else: $XDG_DATA_HOME/gpuscope, i.e. ~/.local/share/gpuscope.
+    """
+    if os.geteuid() == 0:
+        return Path("/var/lib/gpuscope")
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpuscope"
+
+
+class CollectorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUSCOPE_COLLECTOR_")
+
+    listen: str = DEFAULT_LISTEN
+    db: SecretStr | None = None  # a DSN carries a password: never printed
+    data_dir: Path = default_data_dir()
+    token_file: Path | None = None
+    node_tokens_file: Path | None = None  # 'NODE TOKEN' per line: a token valid for one node only
+    read_token_file: Path | None = None  # when set, the read API requires this bearer token
+    max_body_bytes: int = 32 * 2**20
+    max_concurrent_writes: int = 8
+    workers: int = Field(default=1, ge=1, le=256)  # processes sharing the port (SO_REUSEPORT): one core each
+    retention_days: float = Field(default=30.0, gt=0)  # raw samples older than this are dropped, day by day
+    minute_rollup_days: float = Field(default=90.0, gt=0)  # at least retention_days
+    timescaledb: Mode = "auto"  # use TimescaleDB when the server has it ("on": require it; "off": never)
+    hour_rollup_days: float = Field(default=730.0, gt=0)  # hour rollups and events; at least minute_rollup_days
+    alerts: bool = True  # evaluate alert rules (in one replica at a time)
+    alert_rules: list[Path] = []  # rule files; none: the shipped defaults (alerts/default_rules.yaml)
+    notify_config: Path | None = None  # receivers and routes; none: alerts are kept but not sent
+    admin_token_file: Path | None = None  # bearer token for creating and expiring silences
+    alert_tick_s: float = Field(default=0.5, gt=0)  # how often the engine checks group timers and due groups
+    stragglers: bool = True  # run the straggler watch (in one replica at a time)
+
+    @model_validator(mode="after")
+    def _tiers_outlive_finer_ones(self) -> CollectorSettings:
+        self.retention()  # raises ValueError naming the rule, which pydantic reports
+        return self
+
+    def retention(self) -> Retention:
+        return Retention(
+            raw=timedelta(days=self.retention_days),
+            minute_rollups=timedelta(days=self.minute_rollup_days),
+            hour_rollups=timedelta(days=self.hour_rollup_days),
+        )
+
+
+def build(settings: CollectorSettings, dsn: str, token: str) -> FastIngest:
+    """The collector app for these settings on database `dsn`, accepting ingest `token` (and the node
+    tokens of settings.node_tokens_file). Files are read now, so a broken one stops the start."""
+    node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
+    config = CollectorConfig(
+        dsn=dsn,
+        auth=TokenAuth([token], node_tokens),
+        read_auth=_auth(settings.read_token_file),
+        admin_auth=_auth(settings.admin_token_file),
+        max_body_bytes=settings.max_body_bytes,
+        max_concurrent_writes=settings.max_concurrent_writes,
+        retention=settings.retention(),
+        timescaledb=settings.timescaledb,
+        parts=parts(settings),
+    )
+    return create_app(config)
+
+
+def parts(settings: CollectorSettings) -> tuple[Part, ...]:
+    """The extensions this collector runs: the straggler watch, the alerts (API always, engine if asked)."""
+    found = [stragglers_part()] if settings.stragglers else []
+    return (*found, alerts_part(alert_engine(settings)))
+
+
+def alert_engine(settings: CollectorSettings) -> AlertEngine | None:
+    """The alert engine the settings ask for; files are read now, so a broken one stops the start."""
+    if not settings.alerts:
+        return None
+    groups = load_rule_files(settings.alert_rules) if settings.alert_rules else parse_rules(default_rules_text())
+    config = load_notify_config(settings.notify_config) if settings.notify_config else None
+    if config is None:
+        log.info("no --notify-config: alerts are evaluated and kept, but not sent anywhere")
+    return AlertEngine(groups, config, tick_s=settings.alert_tick_s)
+
+
+def run(settings: CollectorSettings) -> int:
+    """Serve until stopped: the database (the configured one or an embedded one), then one or N processes."""
+    token = token_or_generate(settings.token_file, settings.data_dir)
+    host, port = parse_listen(settings.listen)
+    with database(settings) as dsn:
+        if settings.workers == 1:
+            log.info("collector listening on %s:%d", host, port)
+            serve(build(settings, dsn, token), host, port)
+            return 0
+        # Bound once here so that a busy port fails now, in one clear line, not in N workers.
+        reuse_port_socket(host, port).close()
+        log.info("collector listening on %s:%d with %d worker processes", host, port, settings.workers)
+        return run_workers(settings.workers, _worker, (settings, dsn, token, host, port))
+
+
+@contextlib.contextmanager
+def database(settings: CollectorSettings) -> Iterator[str]:
+    """A DSN: the one configured, or an embedded server's for as long as the context lasts."""
+    if settings.db is not None:
+        yield settings.db.get_secret_value()
+        return
+    with EmbeddedPostgres(settings.data_dir) as pg:
+        yield pg.dsn
+
+
+def _worker(settings: CollectorSettings, dsn: str, token: str, host: str, port: int) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
+    serve(build(settings, dsn, token), host, port, sockets=[reuse_port_socket(host, port)])
+
+
+def _auth(token_file: Path | None) -> TokenAuth | None:
+    return TokenAuth([read_token_file(token_file)]) if token_file else None

@@ -1,0 +1,101 @@
+"""The exporter process: its settings, build() that picks the telemetry source and job attribution and
+makes one NodeExporter, and run() that serves it until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gpuscope.core.signals import stop_on_signals
+from gpuscope.core.tokens import read_token_file
+from gpuscope.exporter.jobs.base import JobSource
+from gpuscope.exporter.jobs.select import open_jobs
+from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.sim import JobSchedule, NodeSpec, SimJobs, SimNodeSource
+from gpuscope.exporter.sources.base import BackendUnavailable, Source
+from gpuscope.exporter.sources.select import open_source
+
+log = logging.getLogger(__name__)
+SIM_IB_PORTS = 8
+Backend = Literal["auto", "nvml", "amdsmi", "sim"]
+Jobs = Literal["auto", "slurm", "none"]
+
+
+@dataclass(frozen=True)
+class ExporterSettings:
+    backend: Backend = "auto"
+    # Prometheus scrapes every node: the field's convention is all interfaces, port 9400 (as dcgm-exporter).
+    listen: str | None = ":9400"
+    push: str | None = None  # collector base URL
+    interval: float = 5.0
+    push_interval: float = 10.0
+    node: str = socket.gethostname()
+    rack: str = "default"
+    cluster: str = "default"
+    token_file: Path | None = None
+    spool_dir: Path | None = None
+    jobs: Jobs = "auto"
+    slurm_mapping_dir: Path = Path("/run/gpuscope/slurm")
+    dcgm_compat: bool = False
+    ib_root: Path = Path("/sys/class/infiniband")
+    sim_seed: int = 0
+    sim_gpus: int = 8
+
+
+def build(settings: ExporterSettings) -> NodeExporter:
+    """The exporter for these settings, not yet started; the token file is read now."""
+    if settings.push and not settings.token_file:
+        raise ValueError("--push needs --token-file (the collector's bearer token)")
+    token = read_token_file(settings.token_file) if settings.token_file else None
+    source = make_source(settings)
+    config = ExporterConfig(
+        cluster=settings.cluster,
+        rack=settings.rack,
+        node=settings.node,
+        interval=settings.interval,
+        listen=settings.listen,
+        push_url=settings.push,
+        push_interval=settings.push_interval,
+        token=token,
+        dcgm_compat=settings.dcgm_compat,
+        spool_dir=settings.spool_dir,
+    )
+    return NodeExporter(source, config, jobs=make_jobs(settings, source))
+
+
+def make_source(settings: ExporterSettings) -> Source:
+    if settings.backend == "sim":
+        node = NodeSpec(
+            settings.cluster, settings.rack, settings.node, index=0, gpus=settings.sim_gpus, ib_ports=SIM_IB_PORTS
+        )
+        return SimNodeSource(node, JobSchedule((node,), settings.sim_seed), settings.sim_seed)
+    try:
+        return open_source(settings.backend, ib_root=settings.ib_root)
+    except BackendUnavailable as exc:
+        raise RuntimeError(f"--backend {settings.backend}: {exc}") from None
+
+
+def make_jobs(settings: ExporterSettings, source: Source) -> JobSource | None:
+    if settings.backend == "sim" and settings.jobs != "none":
+        assert isinstance(source, SimNodeSource)
+        return SimJobs(source.node, source.schedule)
+    return open_jobs(settings.jobs, source, settings.slurm_mapping_dir)
+
+
+def run(settings: ExporterSettings) -> None:
+    exporter = build(settings)
+    stop = stop_on_signals()
+    exporter.start()
+    host, port = exporter.address or ("-", 0)
+    log.info(
+        "exporter (%s) serving http://%s:%d/metrics%s",
+        exporter.source.name,
+        host,
+        port,
+        f", pushing to {settings.push}" if settings.push else "",
+    )
+    stop.wait()
+    exporter.stop()
