@@ -141,3 +141,5 @@ async def _maintenance(
                 last_partitions = time.monotonic()
         except psycopg.Error as exc:
             log.warning("maintenance failed (will retry): %s", exc)
+        except Exception:  # a bug must not end it for good, nor (in the task group) the collector
+            log.exception("maintenance failed (will retry)")

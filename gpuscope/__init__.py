@@ -1,1 +1,2 @@
-"""gpuscope: GPU cluster telemetry. This package holds the command line and the demo wiring."""
+"""gpuscope: GPU cluster telemetry. Installed, every part lives under this name (docs/architecture.md);
+this folder itself holds the bottom layer (core/) and the composition root (cli, demo, bench, *_process)."""

@@ -117,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.set_defaults(run=_run_dashboard)
     alerts_cli.add_parser(commands)
 
-    bench = commands.add_parser("bench", help="measure against the targets in DESIGN.md")
+    bench = commands.add_parser("bench", help="measure against the project's targets")
     bench.add_argument(
         "target", choices=["exporter", "ingest", "query", "stragglers", "alerts", "dashboard"], help="what to measure"
     )

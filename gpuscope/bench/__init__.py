@@ -1,1 +1,1 @@
-"""`gpuscope bench`: the measurements behind the targets in DESIGN.md, printed with the machine they ran on."""
+"""`gpuscope bench`: the measurements behind the project's targets, printed with the machine they ran on."""
