@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query
 from pydantic import BaseModel, Field, model_validator
 
-from gpuscope.alerts import reads, silences
+from gpuscope.alerts import reads, store
 from gpuscope.alerts.matchers import matcher_from
 from gpuscope.collector.api.deps import ReadPoolDep, WritePoolDep, require_admin_token, require_read_token
 
@@ -77,7 +77,7 @@ async def post_silence(pool: WritePoolDep, body: SilenceIn) -> dict[str, Any]:
     ends_at = body.ends_at or now + dt.timedelta(seconds=body.duration_s or 0)
     async with pool.connection() as conn:
         try:
-            silence = await silences.create(conn, matchers, ends_at, body.created_by, body.comment)
+            silence = await store.create_silence(conn, matchers, ends_at, body.created_by, body.comment)
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
     return silence.to_json(dt.datetime.now(dt.UTC))
@@ -86,7 +86,7 @@ async def post_silence(pool: WritePoolDep, body: SilenceIn) -> dict[str, Any]:
 @router.delete("/silences/{silence_id}", dependencies=[Depends(require_admin_token)])
 async def delete_silence(pool: WritePoolDep, silence_id: int) -> dict[str, Any]:
     async with pool.connection() as conn:
-        silence = await silences.expire(conn, silence_id)
+        silence = await store.expire_silence(conn, silence_id)
     if silence is None:
         raise HTTPException(404, f"no silence {silence_id}")
     return silence.to_json(dt.datetime.now(dt.UTC))

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 from psycopg import AsyncConnection
 
+from gpuscope.alerts import store
 from gpuscope.alerts.config import NotifyConfig, Receiver
 from gpuscope.alerts.notify import KINDS, target_url
 from gpuscope.alerts.notify.message import Message
@@ -100,54 +101,37 @@ class Delivery:
 
     async def run_once(self, conn: AsyncConnection[Any]) -> int:
         """Send every notification due now (the oldest pending one per receiver); returns how many were tried."""
-        cur = await conn.execute(
-            "SELECT * FROM (SELECT DISTINCT ON (receiver) notification_id, receiver, group_key, message, attempts,"
-            " next_attempt_at <= now() AS due, created_at FROM alert_notification WHERE status = 'pending'"
-            " ORDER BY receiver, notification_id) oldest WHERE due"
-        )
-        rows = await cur.fetchall()
+        rows = await store.due_notifications(conn)
         now = time.monotonic()
-        due = [r for r in rows if self._next_allowed.get(r[1], 0.0) <= now]
+        due = [r for r in rows if self._next_allowed.get(r.receiver, 0.0) <= now]
         outcomes = await asyncio.gather(*(self._send(row) for row in due))
         for row, outcome in zip(due, outcomes, strict=True):
             await self._record(conn, row, outcome)
         return len(due)
 
-    async def _send(self, row: tuple[Any, ...]) -> Outcome:
-        receiver: Receiver | None = self._config.receivers.get(row[1])
+    async def _send(self, row: store.Pending) -> Outcome:
+        receiver: Receiver | None = self._config.receivers.get(row.receiver)
         if receiver is None:
-            return Outcome("failed", None, f"receiver {row[1]!r} is no longer configured")
+            return Outcome("failed", None, f"receiver {row.receiver!r} is no longer configured")
         self._next_allowed[receiver.name] = time.monotonic() + receiver.min_interval_s
-        message = Message.from_json(receiver.name, row[2], row[3], self._config.external_url)
+        message = Message.from_json(receiver.name, row.group_key, row.message, self._config.external_url)
         return await post(self._client, receiver.kind, receiver.url, KINDS[receiver.kind](message))
 
-    async def _record(self, conn: AsyncConnection[Any], row: tuple[Any, ...], outcome: Outcome) -> None:
-        notification_id, receiver, attempts, created_at = row[0], row[1], row[4] + 1, row[6]
-        where = self._where(receiver)
+    async def _record(self, conn: AsyncConnection[Any], row: store.Pending, outcome: Outcome) -> None:
+        notification_id, attempts = row.notification_id, row.attempts + 1
+        where = self._where(row.receiver)
         if outcome.result == "sent":
-            await conn.execute(
-                "UPDATE alert_notification SET status = 'sent', attempts = %s, http_status = %s, sent_at = now(),"
-                " last_error = NULL WHERE notification_id = %s",
-                (attempts, outcome.http_status, notification_id),
-            )
+            await store.mark_sent(conn, notification_id, attempts, outcome.http_status)
             log.info("notification %d sent to %s", notification_id, where)
             return
-        too_old = dt.datetime.now(dt.UTC) - created_at > GIVE_UP_AFTER
+        too_old = dt.datetime.now(dt.UTC) - row.created_at > GIVE_UP_AFTER
         if outcome.result == "failed" or too_old:
             reason = outcome.detail if not too_old else f"gave up after {attempts} attempts: {outcome.detail}"
-            await conn.execute(
-                "UPDATE alert_notification SET status = 'failed', attempts = %s, http_status = %s, last_error = %s"
-                " WHERE notification_id = %s",
-                (attempts, outcome.http_status, reason, notification_id),
-            )
+            await store.mark_failed(conn, notification_id, attempts, outcome.http_status, reason)
             log.warning("notification %d to %s failed: %s", notification_id, where, reason)
             return
         wait = outcome.wait_s if outcome.wait_s is not None else backoff_s(attempts, self._rng)
-        await conn.execute(
-            "UPDATE alert_notification SET attempts = %s, http_status = %s, last_error = %s,"
-            " next_attempt_at = now() + make_interval(secs => %s) WHERE notification_id = %s",
-            (attempts, outcome.http_status, outcome.detail, wait, notification_id),
-        )
+        await store.retry_later(conn, notification_id, attempts, outcome.http_status, outcome.detail, wait)
         log.info("notification %d to %s: %s; next try in %.1f s", notification_id, where, outcome.detail, wait)
 
     def _where(self, name: str) -> str:

@@ -16,7 +16,7 @@ import httpx
 import psycopg
 from psycopg import AsyncConnection
 
-from gpuscope.alerts import state
+from gpuscope.alerts import state, store
 from gpuscope.alerts.config import NotifyConfig
 from gpuscope.alerts.delivery import Delivery
 from gpuscope.alerts.dispatch import dispatch
@@ -48,15 +48,10 @@ class AlertEngine:
         has yet to announce. Alerts of rules no longer configured are resolved first."""
         known = {(g.name, r.alert) for g in self.groups for r in g.rules}
         async with conn.transaction():
-            gone = await state.resolve_unknown_rules(conn, known, _now())
+            gone = await store.resolve_unknown_rules(conn, known, _now())
         if gone:
             log.info("resolved the alerts of %d rules no longer configured", gone)
-        cur = await conn.execute(
-            "SELECT fingerprint, alertname, rule_group, labels, annotations, value, state, active_at, fired_at,"
-            " last_true_at, resolved_at, evaluated_at FROM alert_instance"
-            " WHERE state <> 'resolved' OR fingerprint IN (SELECT unnest(firing_sent) FROM alert_group)"
-        )
-        self.instances = {row[0]: Instance(*row) for row in await cur.fetchall()}
+        self.instances = await store.load_instances(conn)
         self._stored = dict(self.instances)
 
     async def evaluate(
@@ -77,21 +72,8 @@ class AlertEngine:
             self._report(group.name, result)
         to_write = [i for i in changed_all if state.worth_writing(i, self._stored.get(i.fingerprint))]
         async with conn.transaction():
-            await state.save(conn, to_write, dropped_all)
-            await conn.execute(
-                "INSERT INTO alert_rule_status (rule_group, alertname, evaluated_at, seconds, instances, error)"
-                " SELECT %s, * FROM unnest(%s::text[], %s::timestamptz[], %s::float8[], %s::int[], %s::text[])"
-                " ON CONFLICT (rule_group, alertname) DO UPDATE SET evaluated_at = EXCLUDED.evaluated_at,"
-                " seconds = EXCLUDED.seconds, instances = EXCLUDED.instances, error = EXCLUDED.error",
-                (
-                    group.name,
-                    [r.rule.alert for r in results],
-                    [now] * len(results),
-                    [r.seconds for r in results],
-                    [len(r.samples) for r in results],
-                    [r.error for r in results],
-                ),
-            )
+            await store.save_instances(conn, to_write, dropped_all)
+            await store.save_rule_status(conn, group.name, results, now)
         for inst in changed_all:
             self.instances[inst.fingerprint] = inst
         for inst in to_write:
@@ -172,10 +154,7 @@ class AlertEngine:
                 await asyncio.sleep(min(self.tick_s, 0.25))
 
     async def _cleanup(self, conn: AsyncConnection[Any]) -> None:
-        cutoff = _now() - HISTORY
-        await conn.execute("DELETE FROM alert_instance WHERE state = 'resolved' AND resolved_at < %s", (cutoff,))
-        await conn.execute("DELETE FROM alert_notification WHERE status <> 'pending' AND created_at < %s", (cutoff,))
-        await conn.execute("DELETE FROM alert_silence WHERE ends_at < %s", (cutoff,))
+        await store.cleanup(conn, _now() - HISTORY)
 
     def _report(self, group: str, result: RuleResult) -> None:
         key = (group, result.rule.alert)

@@ -1,16 +1,15 @@
 """Alert states as Prometheus keeps them: inactive -> pending (for) -> firing -> resolved, with
-keep_firing_for; stored in alert_instance so that a restarted engine continues where it stopped."""
+keep_firing_for; stored in alert_instance (store.py) so that a restarted engine continues where it
+stopped. This module decides the transitions; it reads and writes nothing."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
-from psycopg import AsyncConnection
-from psycopg.types.json import Jsonb
-
-from gpuscope.alerts.evaluate import RuleResult
+if TYPE_CHECKING:  # only its shape: evaluate.py runs SQL, this module runs none
+    from gpuscope.alerts.evaluate import RuleResult
 
 
 @dataclass(frozen=True)
@@ -27,20 +26,6 @@ class Instance:
     last_true_at: dt.datetime
     resolved_at: dt.datetime | None
     evaluated_at: dt.datetime
-
-
-_COLUMNS = (
-    "fingerprint, alertname, rule_group, labels, annotations, value, state, active_at, fired_at,"
-    " last_true_at, resolved_at, evaluated_at"
-)
-
-
-async def load(conn: AsyncConnection[Any], rule_group: str, alertname: str) -> dict[str, Instance]:
-    cur = await conn.execute(
-        f"SELECT {_COLUMNS} FROM alert_instance WHERE rule_group = %s AND alertname = %s",  # noqa: S608
-        (rule_group, alertname),
-    )
-    return {row[0]: Instance(*row) for row in await cur.fetchall()}
 
 
 # A firing alert whose state did not change is written back at most this often (its value and
@@ -96,42 +81,3 @@ def worth_writing(new: Instance, stored: Instance | None) -> bool:
     if stored is None or new.state != stored.state or new.labels != stored.labels:
         return True
     return (new.evaluated_at - stored.evaluated_at).total_seconds() >= REFRESH_S
-
-
-async def save(conn: AsyncConnection[Any], changed: list[Instance], dropped: list[str]) -> None:
-    if dropped:
-        await conn.execute("DELETE FROM alert_instance WHERE fingerprint = ANY(%s)", (dropped,))
-    if not changed:
-        return
-    async with conn.cursor() as cur:
-        await cur.executemany(
-            f"INSERT INTO alert_instance ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"  # noqa: S608
-            " ON CONFLICT (fingerprint) DO UPDATE SET alertname = EXCLUDED.alertname,"
-            " rule_group = EXCLUDED.rule_group, labels = EXCLUDED.labels, annotations = EXCLUDED.annotations,"
-            " value = EXCLUDED.value, state = EXCLUDED.state, active_at = EXCLUDED.active_at,"
-            " fired_at = EXCLUDED.fired_at, last_true_at = EXCLUDED.last_true_at,"
-            " resolved_at = EXCLUDED.resolved_at, evaluated_at = EXCLUDED.evaluated_at",
-            [
-                (
-                    i.fingerprint, i.alertname, i.rule_group, Jsonb(i.labels), Jsonb(i.annotations), i.value,
-                    i.state, i.active_at, i.fired_at, i.last_true_at, i.resolved_at, i.evaluated_at,
-                )
-                for i in changed
-            ],
-        )  # fmt: skip
-
-
-async def resolve_unknown_rules(conn: AsyncConnection[Any], rules: set[tuple[str, str]], now: dt.datetime) -> int:
-    """Alerts of rules no longer configured: pending ones go, firing ones resolve (once, at start)."""
-    cur = await conn.execute("SELECT DISTINCT rule_group, alertname FROM alert_instance WHERE state <> 'resolved'")
-    gone = [key for key in await cur.fetchall() if (key[0], key[1]) not in rules]
-    for group, name in gone:
-        await conn.execute(
-            "DELETE FROM alert_instance WHERE rule_group = %s AND alertname = %s AND state = 'pending'", (group, name)
-        )
-        await conn.execute(
-            "UPDATE alert_instance SET state = 'resolved', resolved_at = %s, evaluated_at = %s"
-            " WHERE rule_group = %s AND alertname = %s AND state = 'firing'",
-            (now, now, group, name),
-        )
-    return len(gone)

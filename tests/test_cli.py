@@ -5,17 +5,15 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.commands import GPUSCOPE, token_file
 from tests.conftest import count_rows
 from tests.processes import RunningCollector
-
-GPUSCOPE = [sys.executable, "-m", "gpuscope.cli"]
+from tests.waiting import eventually
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -23,9 +21,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_sim_exporter_serves_metrics_and_pushes(collector: RunningCollector, tmp_path: Path) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text(collector.token + "\n")
-    token_file.chmod(0o600)
+    tokens = token_file(tmp_path / "token", collector.token)
     exporter = subprocess.Popen(
         [
             *GPUSCOPE,
@@ -37,7 +33,7 @@ def test_sim_exporter_serves_metrics_and_pushes(collector: RunningCollector, tmp
             "--push",
             collector.url,
             "--token-file",
-            str(token_file),
+            str(tokens),
             "--interval",
             "0.2",
             "--push-interval",
@@ -56,9 +52,9 @@ def test_sim_exporter_serves_metrics_and_pushes(collector: RunningCollector, tmp
                 break
         url = re.search(r"(http://127\.0\.0\.1:\d+/metrics)", line).group(1)  # type: ignore[union-attr]
         assert "gpuscope_gpu_power_watts" in httpx.get(url, timeout=5).text
-        deadline = time.monotonic() + 15
-        while count_rows(collector.dsn, "gpu_sample") < 16 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        eventually(
+            lambda: count_rows(collector.dsn, "gpu_sample") >= 16, timeout=15, interval=0.2, what="two pushed snapshots"
+        )
     finally:
         exporter.send_signal(signal.SIGTERM)
         exporter.wait(30)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.collector.test_embedded_pg import postmaster_pids
+from tests.collector.helpers import postmaster_pids
+from tests.waiting import eventually
 
 READY_WITHIN_S = 60
 
@@ -70,10 +71,13 @@ def test_demo_serves_live_cluster_and_stops_cleanly_on_sigint() -> None:
         assert len(response["rack-power"]["figure"]["data"]) == 4
         assert postmaster_pids(data_dir), "the embedded PostgreSQL should be running"
         alerts = re.search(r"alerts\s+(http://127\.0\.0\.1:\d+)/api/v1/alerts", output).group(1)  # type: ignore[union-attr]
-        deadline = time.monotonic() + 20
-        while len(rules := httpx.get(f"{alerts}/api/v1/alerts/rules", timeout=10).json()) < 13:
-            assert time.monotonic() < deadline, rules
-            time.sleep(0.5)
+
+        def every_rule() -> list[dict]:
+            rules = httpx.get(f"{alerts}/api/v1/alerts/rules", timeout=10).json()
+            assert len(rules) >= 13, rules
+            return rules
+
+        rules = eventually(every_rule, timeout=20, interval=0.5, what="the alert engine to list the 13 default rules")
         assert [r["alertname"] for r in rules if r["error"]] == [], "the default rules run on the demo's data"
     finally:
         demo.send_signal(signal.SIGINT)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import httpx
 import numpy as np
@@ -15,6 +14,7 @@ from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from tests.conftest import count_rows
 from tests.processes import RunningCollector
+from tests.waiting import eventually
 
 
 def test_pushed_simulated_gpus_appear_in_the_dashboard_heatmap(collector: RunningCollector) -> None:
@@ -37,11 +37,16 @@ def test_pushed_simulated_gpus_appear_in_the_dashboard_heatmap(collector: Runnin
     ]
     for exporter in exporters:
         exporter.start()
-    deadline = time.monotonic() + 20
-    while count_rows(collector.dsn, "gpu_sample") < 32 * 4 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for exporter in exporters:
-        exporter.stop()
+    try:
+        eventually(
+            lambda: count_rows(collector.dsn, "gpu_sample") >= 32 * 4,
+            timeout=20,
+            interval=0.2,
+            what="four snapshots of each of the 32 GPUs",
+        )
+    finally:
+        for exporter in exporters:
+            exporter.stop()
     sent = sum(e.pusher.stats.snapshots_sent for e in exporters if e.pusher)
     assert count_rows(collector.dsn, "gpu_sample") == sent * 8, "every pushed sample stored exactly once"
 
@@ -78,8 +83,10 @@ def test_read_api_serves_the_same_heatmap(collector: RunningCollector) -> None:
         ),
     )
     exporter.start()
-    time.sleep(1.0)
-    exporter.stop()
+    try:
+        eventually(lambda: count_rows(collector.dsn, "gpu_sample") >= 8, what="a pushed snapshot of the 8 GPUs")
+    finally:
+        exporter.stop()
     heatmap = httpx.get(f"{collector.url}/api/v1/heatmap", params={"minutes": 5, "metric": "power_w"}).json()
     assert len(heatmap["gpus"]) == 8 and heatmap["metric"] == "power_w"
     assert len(heatmap["values"]) == 8 and len(heatmap["values"][0]) == len(heatmap["times"])

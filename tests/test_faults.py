@@ -4,13 +4,10 @@ Rows stored must equal rows produced, with no duplicates."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import psycopg
 import pytest
 
@@ -18,8 +15,10 @@ from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.listen import free_loopback_port as free_port
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
+from tests.commands import start_collector, token_file
 from tests.conftest import running_postgres
-from tests.exporter.test_spool import stored_rows
+from tests.exporter.helpers import stored_rows
+from tests.waiting import eventually
 
 TOKEN = "fault-token-0123456789"
 GPUS = 4
@@ -30,38 +29,6 @@ def private_postgres() -> Iterator[EmbeddedPostgres]:
     """A server of this test's own: it gets restarted."""
     with running_postgres("gpuscope-fault-pg-") as server:
         yield server
-
-
-def start_collector(
-    dsn: str, port: int, token_file: Path, *extra: str, timeout: float = 30.0
-) -> subprocess.Popen[bytes]:
-    """`gpuscope collector` in a process of its own, on 127.0.0.1:port; returns once it is healthy."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuscope.cli",
-            "collector",
-            "--db",
-            dsn,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--token-file",
-            str(token_file),
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("collector did not start")
 
 
 def exporters(port: int, spool: Path, nodes: int = 3) -> list[NodeExporter]:
@@ -86,19 +53,28 @@ def exporters(port: int, spool: Path, nodes: int = 3) -> list[NodeExporter]:
     ]
 
 
+def sent(nodes: list[NodeExporter]) -> list[int]:
+    """Snapshots each node's collector has acknowledged so far."""
+    return [node.pusher.stats.snapshots_sent if node.pusher else 0 for node in nodes]
+
+
 def run_through(fault, dsn: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
-    token_file.chmod(0o600)
+    tokens = token_file(tmp_path / "token", TOKEN)
     port = free_port()
-    collector = start_collector(dsn, port, token_file)
+    collector = start_collector(dsn, port, tokens)
     nodes = exporters(port, tmp_path / "spool")
     for node in nodes:
         node.start()
     try:
-        time.sleep(1.0)
-        collector = fault(collector, lambda: start_collector(dsn, port, token_file))
-        time.sleep(2.0)
+        eventually(lambda: all(sent(nodes)), timeout=15, what="every exporter to push before the fault")
+        collector = fault(collector, lambda: start_collector(dsn, port, tokens))
+        after_fault = sent(nodes)
+
+        def recovered() -> bool:
+            assert sum(node.pusher.stats.failures for node in nodes if node.pusher) > 0, "the fault is felt"
+            return all(now > then for now, then in zip(sent(nodes), after_fault, strict=True))
+
+        eventually(recovered, timeout=20, what="every exporter to push again after the fault")
     finally:
         for node in nodes:
             node.stop(flush_seconds=20)
@@ -114,7 +90,7 @@ def test_collector_killed_mid_ingest(private_postgres: EmbeddedPostgres, tmp_pat
     def kill_and_restart(collector, restart):  # type: ignore[no-untyped-def]
         collector.send_signal(signal.SIGKILL)  # no shutdown of any kind: in-flight requests die with it
         collector.wait(10)
-        time.sleep(1.0)
+        time.sleep(1.0)  # the scenario: the collector stays away a while, pushes fail and batches pile up
         return restart()
 
     run_through(kill_and_restart, private_postgres.dsn, tmp_path)
@@ -123,7 +99,7 @@ def test_collector_killed_mid_ingest(private_postgres: EmbeddedPostgres, tmp_pat
 def test_postgres_restarted_mid_ingest(private_postgres: EmbeddedPostgres, tmp_path: Path) -> None:
     def restart_database(collector, _restart):  # type: ignore[no-untyped-def]
         private_postgres.stop()
-        time.sleep(1.0)
+        time.sleep(1.0)  # the scenario: the database stays down a while under the pushing exporters
         private_postgres.start()
         return collector
 

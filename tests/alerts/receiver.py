@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.waiting import eventually
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -72,10 +74,14 @@ class ChatReceiver:
             return [r for r in self.received if r.path == path]
 
     def wait_for(self, path: str, count: int, timeout: float = 20.0) -> list[Received]:
-        deadline = time.monotonic() + timeout
-        while len(self.at(path)) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.at(path)
+        """What `path` received, once that is at least `count` requests; fails after `timeout` seconds."""
+
+        def enough() -> list[Received]:
+            received = self.at(path)
+            assert len(received) >= count, f"{len(received)} so far"
+            return received
+
+        return eventually(enough, timeout=timeout, interval=0.02, what=f"{count} request(s) to {path}")
 
     def __enter__(self) -> ChatReceiver:
         self._thread.start()

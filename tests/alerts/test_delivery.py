@@ -8,7 +8,7 @@ import asyncio
 import datetime as dt
 import itertools
 import json
-import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -22,9 +22,11 @@ from gpuscope.alerts.engine import AlertEngine
 from gpuscope.alerts.part import alerts_part
 from gpuscope.alerts.rules import parse_rules
 from gpuscope.cli import main
+from tests.alerts.instances import alert
 from tests.alerts.receiver import ChatReceiver, Reply
+from tests.alerts.rules import HOT
 from tests.alerts.telemetry import add_node, gpu_sample
-from tests.alerts.test_dispatch import alert
+from tests.waiting import eventually_async
 
 KINDS = ("slack", "teams", "discord", "mattermost", "googlechat", "webhook", "alertmanager")
 
@@ -49,7 +51,9 @@ def queue(dsn: str, cfg: NotifyConfig, alerts: list[Any]) -> int:
     return asyncio.run(go())
 
 
-def deliver(dsn: str, cfg: NotifyConfig, rounds: int = 1, pause: float = 0.0) -> None:
+def deliver(dsn: str, cfg: NotifyConfig, rounds: int = 1) -> None:
+    """`rounds` delivery passes, one straight after the other."""
+
     async def go() -> None:
         async with (
             await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
@@ -58,7 +62,26 @@ def deliver(dsn: str, cfg: NotifyConfig, rounds: int = 1, pause: float = 0.0) ->
             delivery = Delivery(cfg, client)
             for _ in range(rounds):
                 await delivery.run_once(conn)
-                await asyncio.sleep(pause)
+
+    asyncio.run(go())
+
+
+def deliver_until(dsn: str, cfg: NotifyConfig, statuses: dict[str, str], timeout: float = 10.0) -> None:
+    """Delivery passes, as the engine runs them, until each receiver's notifications reach their status."""
+
+    async def go() -> None:
+        async with (
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
+            httpx.AsyncClient() as client,
+        ):
+            delivery = Delivery(cfg, client)
+
+            async def delivered() -> bool:
+                await delivery.run_once(conn)
+                rows = await asyncio.to_thread(outbox, dsn)
+                return bool(rows) and all(status == statuses[receiver] for receiver, status, *_ in rows)
+
+            await eventually_async(delivered, timeout=timeout, interval=0.02, what=f"notifications {statuses}")
 
     asyncio.run(go())
 
@@ -133,7 +156,7 @@ def test_429_waits_as_long_as_retry_after_says(dsn: str) -> None:
         )
         cfg = notify_config(receiver, slack="slack", discord="discord")
         queue(dsn, cfg, [alert("Hot", "n1", kind="slack"), alert("Hot", "n2", kind="discord")])
-        deliver(dsn, cfg, rounds=30, pause=0.05)
+        deliver_until(dsn, cfg, {"slack": "sent", "discord": "sent"})
         first, second = receiver.at("/slack")
         assert second.at - first.at >= 0.95
         first, second = receiver.at("/discord")
@@ -147,7 +170,7 @@ def test_server_errors_are_retried_with_backoff_and_4xx_fail_for_good(dsn: str) 
         receiver.script("/broken", Reply(400, body="invalid_payload"))
         cfg = notify_config(receiver, flaky="mattermost", broken="slack")
         queue(dsn, cfg, [alert("Hot", "n1", kind="flaky"), alert("Hot", "n2", kind="broken")])
-        deliver(dsn, cfg, rounds=40, pause=0.05)
+        deliver_until(dsn, cfg, {"flaky": "sent", "broken": "failed"})
         assert len(receiver.at("/flaky")) == 2
         assert len(receiver.at("/broken")) == 1, "a rejected payload is not sent again"
         rows = {r[0]: r for r in outbox(dsn)}
@@ -168,16 +191,6 @@ def test_network_errors_are_retried_and_urls_stay_out_of_the_reason(dsn: str) ->
     ((_, status, attempts, http_status, reason),) = outbox(dsn)
     assert (status, attempts, http_status) == ("pending", 1, None)
     assert "ConnectError" in reason and secret not in reason
-
-
-RULE = """
-groups:
-  - name: g
-    interval: 1s
-    rules:
-      - alert: Hot
-        expr: SELECT node, temp_c AS value FROM gpu_latest WHERE temp_c >= 80
-"""
 
 
 def test_a_restart_in_the_middle_of_delivery_loses_nothing_and_repeats_nothing(dsn: str) -> None:
@@ -206,20 +219,20 @@ def test_a_restart_in_the_middle_of_delivery_loses_nothing_and_repeats_nothing(d
             with psycopg.connect(dsn) as conn:
                 return conn.execute("SELECT count(*) FROM alert_notification WHERE status = 'sent'").fetchone() == (5,)
 
-        async def engine_until(done: Any, timeout: float) -> None:
+        async def engine_until(done: Callable[[], bool], timeout: float, what: str) -> None:
             task = asyncio.create_task(
-                alerts_part(AlertEngine(parse_rules(RULE), cfg, tick_s=0.1)).leader_tasks[0].run(dsn)
+                alerts_part(AlertEngine(parse_rules(HOT), cfg, tick_s=0.1)).leader_tasks[0].run(dsn)
             )
-            deadline = time.monotonic() + timeout
-            while not await asyncio.to_thread(done) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            task.cancel()  # as good as a crash for the database: the connections go, open transactions roll back
-            await asyncio.gather(task, return_exceptions=True)
+            try:
+                await eventually_async(lambda: asyncio.to_thread(done), timeout=timeout, interval=0.02, what=what)
+            finally:
+                task.cancel()  # as good as a crash for the database: the connections go, open transactions roll back
+                await asyncio.gather(task, return_exceptions=True)
 
-        asyncio.run(engine_until(failed_once, 20))
+        asyncio.run(engine_until(failed_once, 20, "one notification to fail with HTTP 500"))
         sent_before = len(receiver.at("/ops"))
         assert sent_before == 2, "stopped after one delivered and one failed notification"
-        asyncio.run(engine_until(all_sent, 30))
+        asyncio.run(engine_until(all_sent, 30, "all five notifications to be sent"))
 
     nodes = [r.body["attachments"][0]["fields"][0]["value"] for r in receiver.at("/ops")]
     assert len(nodes) == 6, "five notifications and one retry of the one that got a 500"
@@ -255,7 +268,7 @@ def test_each_receiver_is_rate_limited(dsn: str) -> None:
             }
         )
         queue(dsn, cfg, [alert("Hot", f"n{i}") for i in range(3)])
-        deliver(dsn, cfg, rounds=60, pause=0.02)
+        deliver_until(dsn, cfg, {"slow": "sent"})
         times = [r.at for r in receiver.at("/slow")]
         assert len(times) == 3
         assert min(b - a for a, b in itertools.pairwise(times)) >= 0.38

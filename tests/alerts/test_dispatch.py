@@ -1,46 +1,23 @@
-"""Alertmanager's notification semantics over the real tables: group_wait, group_interval,
-repeat_interval, send_resolved, grouping, routing, inhibition and silences; nothing queued twice
-when the engine restarts."""
+"""Dispatch over the real tables: the timers and the groups' bookkeeping kept in alert_group across
+calls, a closed group deleted, silences created and expired in alert_silence, nothing queued twice
+when the engine restarts, and the bookkeeping and the outbox row written in one transaction. The
+decisions themselves (routing, grouping, inhibition, send_resolved, ...) are tested without a
+database in test_decide.py."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from typing import Any
 
 import psycopg
+import pytest
 
-from gpuscope.alerts import silences
-from gpuscope.alerts.config import NotifyConfig, parse_notify_config
+from gpuscope.alerts import store
+from gpuscope.alerts.config import NotifyConfig
 from gpuscope.alerts.dispatch import dispatch
-from gpuscope.alerts.evaluate import fingerprint
 from gpuscope.alerts.matchers import parse_matcher
 from gpuscope.alerts.state import Instance
-
-T0 = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
-
-
-def config(**route: Any) -> NotifyConfig:
-    doc: dict[str, Any] = {
-        "route": {"receiver": "ops", "group_by": ["alertname"], "group_wait": "30s", "group_interval": "5m",
-                  "repeat_interval": "4h", **route},
-        "receivers": [
-            {"name": "ops", "kind": "slack", "url": "http://127.0.0.1:9/ops"},
-            {"name": "quiet", "kind": "webhook", "url": "http://127.0.0.1:9/quiet", "send_resolved": False},
-            {"name": "pager", "kind": "webhook", "url": "http://127.0.0.1:9/pager"},
-        ],
-        "inhibit_rules": [{"source_matchers": ["alertname=ExporterDown"],
-                           "target_matchers": ["alertname!=ExporterDown"], "equal": ["node"]}],
-    }  # fmt: skip
-    return parse_notify_config(doc)
-
-
-def alert(name: str, node: str, state: str = "firing", at: dt.datetime = T0, **labels: str) -> Instance:
-    all_labels = {"alertname": name, "node": node, **labels}
-    return Instance(
-        fingerprint(all_labels), name, "g", all_labels, {"summary": f"{name} on {node}"}, 1.0, state, at,
-        at if state != "pending" else None, at, at if state == "resolved" else None, at,
-    )  # fmt: skip
+from tests.alerts.instances import T0, alert, config
 
 
 class World:
@@ -101,57 +78,18 @@ def test_resolved_alerts_are_announced_then_the_group_closes(dsn: str) -> None:
     assert world.at(9000) == 0
 
 
-def test_without_send_resolved_nothing_is_said_when_alerts_resolve(dsn: str) -> None:
-    world = World(dsn, config(receiver="quiet", group_wait="0s"))
-    world.set(alert("Hot", "n1"), alert("Hot", "n2"))
-    world.at(0)
-    world.set(alert("Hot", "n1", state="resolved"))
-    assert world.at(300) == 0
-    world.set(alert("Hot", "n2", state="resolved"))
-    assert world.at(600) == 0
-    assert [row[0] for row in world.outbox()] == ["quiet"]
-
-
-def test_group_by_splits_and_routes_with_continue(dsn: str) -> None:
-    cfg = config(
-        group_by=["alertname", "node"],
-        group_wait="0s",
-        # continue: the alert goes on to the next sibling, here a catch-all (else only the first match takes it)
-        routes=[{"matchers": ["severity=critical"], "receiver": "pager", "continue": True}, {"receiver": "ops"}],
-    )
-    world = World(dsn, cfg)
-    world.set(alert("Hot", "n1"), alert("Hot", "n2"), alert("Lost", "n1", severity="critical"))
-    assert world.at(0) == 4
-    assert sorted(world.outbox()) == [
-        ("ops", 1, 0, ["n1:firing"]),
-        ("ops", 1, 0, ["n1:firing"]),
-        ("ops", 1, 0, ["n2:firing"]),
-        ("pager", 1, 0, ["n1:firing"]),
-    ]
-
-
-def test_a_down_node_inhibits_its_gpu_alerts(dsn: str) -> None:
-    world = World(dsn, config(group_wait="0s", group_by=["..."]))
-    world.set(alert("ExporterDown", "n1"), alert("Hot", "n1"), alert("Hot", "n2"))
-    assert world.at(0) == 2
-    assert sorted(world.outbox()) == [("ops", 1, 0, ["n1:firing"]), ("ops", 1, 0, ["n2:firing"])]
-    with psycopg.connect(dsn) as conn:
-        keys = [r[0] for r in conn.execute("SELECT group_key FROM alert_group ORDER BY 1")]
-    assert not any('"Hot"' in k and '"n1"' in k for k in keys), "Hot on n1 was inhibited"
-
-
 def test_silences_mute_until_they_expire(dsn: str) -> None:
 
     async def silence() -> int:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            s = await silences.create(
+            s = await store.create_silence(
                 conn, [parse_matcher("node=n1")], dt.datetime.now(dt.UTC) + dt.timedelta(hours=1), "test", "maintenance"
             )
             return s.silence_id
 
     async def expire(silence_id: int) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            assert await silences.expire(conn, silence_id) is not None
+            assert await store.expire_silence(conn, silence_id) is not None
 
     silence_id = asyncio.run(silence())
     now = dt.datetime.now(dt.UTC)  # the silence started a moment ago
@@ -172,3 +110,20 @@ def test_a_restarted_engine_does_not_queue_again(dsn: str) -> None:
     second.set(alert("Hot", "n1"))
     assert second.at(1) == 0 and second.at(299) == 0
     assert len(second.outbox()) == 1
+
+
+def test_the_group_and_its_notification_are_written_together_or_not_at_all(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE 'outbox full'; END $$;"
+            " CREATE TRIGGER refuse BEFORE INSERT ON alert_notification FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+    world = World(dsn, config(group_wait="0s"))
+    world.set(alert("Hot", "n1"))
+    with pytest.raises(psycopg.errors.RaiseException, match="outbox full"):
+        world.at(0)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM alert_group").fetchone() == (0,), "rolled back with the outbox row"
+        conn.execute("DROP TRIGGER refuse ON alert_notification")
+    assert world.at(1) == 1, "not lost: the next dispatch queues it"
+    assert world.at(2) == 0 and world.outbox() == [("ops", 1, 0, ["n1:firing"])], "and only once"

@@ -10,21 +10,11 @@ import httpx
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from tests.alerts.receiver import ChatReceiver
+from tests.alerts.rules import gpu_over_temperature
 from tests.processes import running_collector
 
 FOR_S, INTERVAL_S = 3.0, 1.0  # as in RULES
-RULES = """
-groups:
-  - name: gpu
-    interval: 1s
-    rules:
-      - alert: GpuOverTemperature
-        expr: SELECT cluster, node, gpu, uuid, temp_c AS value FROM gpu_latest WHERE temp_c >= 85
-        for: 3s
-        labels: {severity: warning}
-        annotations:
-          summary: "GPU {{ $labels.gpu }} on {{ $labels.node }} is at {{ $value }} C"
-"""
+RULES = gpu_over_temperature(for_="3s")
 
 
 def test_an_overheating_gpu_is_announced_and_then_resolved(dsn: str) -> None:
@@ -47,7 +37,8 @@ def test_an_overheating_gpu_is_announced_and_then_resolved(dsn: str) -> None:
             )
             exporter.start()
             try:
-                time.sleep(2 * INTERVAL_S)  # healthy for a while: nothing to say
+                # The scenario, and something that must NOT happen: healthy for a while, nothing is sent.
+                time.sleep(2 * INTERVAL_S)
                 assert receiver.at("/services/T/B/x") == []
                 fault = time.monotonic()
                 source.fail_cooling(2, 60.0)  # idle at ~33 C: now ~93 C

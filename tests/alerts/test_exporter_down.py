@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import time
 
 import psycopg
 
@@ -14,6 +13,7 @@ from gpuscope.alerts.rules import default_rules_text, parse_rules
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from tests.processes import RunningCollector
+from tests.waiting import eventually
 
 
 def test_pushes_are_noted_and_a_silent_exporter_is_down(collector: RunningCollector) -> None:
@@ -33,20 +33,31 @@ def test_pushes_are_noted_and_a_silent_exporter_is_down(collector: RunningCollec
         )
         for node in topology
     ]
+
+    def noted() -> bool:
+        with psycopg.connect(collector.dsn) as conn:
+            seen = conn.execute(
+                "SELECT n.name, extract(epoch FROM now() - s.last_seen), s.push_interval_s"
+                " FROM node_seen s JOIN node n USING (node_id) ORDER BY 1"
+            ).fetchall()
+        assert [name for name, _, _ in seen] == [node.name for node in topology]
+        for _, age, interval in seen:
+            assert age < 2.0
+            assert interval is not None and 0.2 <= interval <= 0.6, "the smoothed push interval follows --push-interval"
+        return True
+
     for exporter in exporters:
         exporter.start()
-    time.sleep(2.5)
-    for exporter in exporters:
-        exporter.stop()
-    with psycopg.connect(collector.dsn) as conn:
-        seen = conn.execute(
-            "SELECT n.name, extract(epoch FROM now() - s.last_seen), s.push_interval_s"
-            " FROM node_seen s JOIN node n USING (node_id) ORDER BY 1"
-        ).fetchall()
-    assert [name for name, _, _ in seen] == [node.name for node in topology]
-    for _, age, interval in seen:
-        assert age < 2.0
-        assert 0.2 <= interval <= 0.6, "the smoothed push interval follows --push-interval"
+    try:
+        # Several pushes each, so that the interval is smoothed over more than one or two.
+        eventually(
+            lambda: all(e.pusher and e.pusher.stats.batches_sent >= 5 for e in exporters), what="five pushes a node"
+        )
+        eventually(noted, timeout=15, what="both nodes' pushes noted, at about the push interval")
+    finally:
+        for exporter in exporters:
+            exporter.stop()
+    noted()  # and still so once they stopped
 
     views.apply(collector.dsn)
     with psycopg.connect(collector.dsn) as conn:  # the first node has been silent for 20 s

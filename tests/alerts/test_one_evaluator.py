@@ -14,16 +14,9 @@ from gpuscope.alerts.engine import LOCK_KEY, AlertEngine
 from gpuscope.alerts.part import alerts_part
 from gpuscope.alerts.rules import parse_rules
 from tests.alerts.receiver import ChatReceiver
+from tests.alerts.rules import HOT
 from tests.alerts.telemetry import add_node, gpu_sample
-
-RULES = """
-groups:
-  - name: g
-    interval: 1s
-    rules:
-      - alert: Hot
-        expr: SELECT node, gpu, temp_c AS value FROM gpu_latest WHERE temp_c >= 85
-"""
+from tests.waiting import eventually_async
 
 
 def test_one_engine_leads_and_another_takes_over(dsn: str) -> None:
@@ -52,27 +45,38 @@ def test_one_engine_leads_and_another_takes_over(dsn: str) -> None:
                 ).fetchone()
             return int(row[0]) if row else 0
 
+        def engine() -> asyncio.Task[None]:
+            return asyncio.create_task(
+                alerts_part(AlertEngine(parse_rules(HOT), config, tick_s=0.1)).leader_tasks[0].run(dsn)
+            )
+
         async def scenario() -> float:
-            first = asyncio.create_task(
-                alerts_part(AlertEngine(parse_rules(RULES), config, tick_s=0.1)).leader_tasks[0].run(dsn)
-            )
-            await asyncio.to_thread(receiver.wait_for, "/hook", 1)
-            second = asyncio.create_task(
-                alerts_part(AlertEngine(parse_rules(RULES), config, tick_s=0.1)).leader_tasks[0].run(dsn)
-            )
-            await asyncio.sleep(2.5)
-            assert await asyncio.to_thread(lock_holders) == 1, "exactly one engine holds the lock"
-            first.cancel()  # the leading collector goes away
-            await asyncio.gather(first, return_exceptions=True)
-            gone = time.time()
-            deadline = time.monotonic() + 10
-            while await asyncio.to_thread(evaluated_at) < gone + 0.5 and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
-            took = time.time() - gone
-            await asyncio.sleep(1.5)  # time enough to send anything it (wrongly) thought unsent
-            second.cancel()
-            await asyncio.gather(second, return_exceptions=True)
-            return took
+            first = engine()
+            second = None
+            try:
+                await asyncio.to_thread(receiver.wait_for, "/hook", 1)
+                second = engine()
+                # Something that must NOT happen: the second engine taking the lock too, in a window of
+                # several of its attempts (one a second).
+                await asyncio.sleep(2.5)
+                assert await asyncio.to_thread(lock_holders) == 1, "exactly one engine holds the lock"
+                first.cancel()  # the leading collector goes away
+                await asyncio.gather(first, return_exceptions=True)
+                gone = time.time()
+                await eventually_async(
+                    lambda: asyncio.to_thread(lambda: evaluated_at() >= gone + 0.5),
+                    timeout=10,
+                    interval=0.1,
+                    what="the second engine to evaluate the rules",
+                )
+                took = time.time() - gone
+                await asyncio.sleep(1.5)  # must NOT happen: a window to send anything it (wrongly) thought unsent
+                return took
+            finally:
+                for task in (first, second):
+                    if task is not None:
+                        task.cancel()
+                        await asyncio.gather(task, return_exceptions=True)
 
         took = asyncio.run(scenario())
         assert took < 5, f"the second engine took {took:.1f} s to take over"

@@ -13,7 +13,7 @@ from gpuscope.collector.store.allocations import STALE_AFTER, expire_stale
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import JobInfo, Snapshot
 from gpuscope.exporter.wire import Origin, encode_batch
-from tests.collector.test_ingest import post
+from tests.collector.helpers import post
 from tests.processes import RunningCollector
 
 START = float(int(time.time()) - 120)  # whole seconds: the assertions compare rounded epochs

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from gpuscope.core.embedded_pg import EmbeddedPostgres, PostgresNotFound, find_pg_bin
+from tests.collector.helpers import postmaster_pids
 
 
 @pytest.fixture
@@ -19,20 +20,6 @@ def data_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="gpuscope-test-embedded-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def postmaster_pids(pgdata: Path) -> list[int]:
-    """Processes whose command line names this data directory."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if str(pgdata) in cmdline:
-                pids.append(int(entry.name))
-    return pids
 
 
 def test_start_restart_keeps_data_and_stop_leaves_nothing(data_dir: Path) -> None:

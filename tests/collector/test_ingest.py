@@ -17,10 +17,9 @@ from gpuscope.exporter.events import Event
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import Snapshot
 from gpuscope.exporter.wire import Origin, encode_batch
+from tests.collector.helpers import NOTHING, post, stored
 from tests.conftest import count_rows
 from tests.processes import RunningCollector, running_collector
-
-TABLES = ("node", "gpu", "ib_port", "ingest_batch", "gpu_sample", "ib_port_sample", "event")
 
 
 def make_batch(seconds: int = 5, seq: int = 1, exporter_id: str | None = None) -> dict[str, Any]:
@@ -34,25 +33,6 @@ def make_batch(seconds: int = 5, seq: int = 1, exporter_id: str | None = None) -
         snapshots.append(Snapshot(ts=now - seconds + i, gpus=gpus, ports=ports))
     origin = Origin("test", "rack-00", "node-000", "sim", exporter_id or str(uuid.uuid4()))
     return encode_batch(origin, seq, snapshots, [Event(now - 1, 3, "xid", code=79)])
-
-
-def post(
-    collector: RunningCollector, body: bytes | dict[str, Any], token: str | None = "use-right", **headers: str
-) -> httpx.Response:
-    if isinstance(body, dict):
-        body = json.dumps(body).encode()
-    if token == "use-right":
-        token = collector.token
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    return httpx.post(f"{collector.url}/api/v1/samples", content=body, headers=headers, timeout=10)
-
-
-def stored(collector: RunningCollector) -> dict[str, int]:
-    return {table: count_rows(collector.dsn, table) for table in TABLES}
-
-
-NOTHING = dict.fromkeys(TABLES, 0)
 
 
 def test_valid_batch_is_stored_whole(collector: RunningCollector) -> None:

@@ -16,7 +16,7 @@ from gpuscope.exporter.events import Event
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import JobInfo, Snapshot
 from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
-from tests.collector.test_ingest import NOTHING, post, stored
+from tests.collector.helpers import NOTHING, post, stored
 from tests.conftest import count_rows
 from tests.processes import RunningCollector
 

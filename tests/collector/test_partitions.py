@@ -14,10 +14,7 @@ from psycopg import sql
 
 from gpuscope.collector.store import partitions
 from gpuscope.collector.store.migrate import migrate
-from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
-from gpuscope.exporter.snapshot import Snapshot
-from gpuscope.exporter.wire import Origin, encode_batch
-from tests.collector.test_ingest import post
+from tests.collector.helpers import batch_at, post
 from tests.conftest import count_rows
 from tests.processes import RunningCollector
 
@@ -76,14 +73,6 @@ def test_maintenance_creates_ahead_and_drops_past_retention(dsn: str) -> None:
     days = {datetime(2026, 11, d).date() for d in (17, 20, 21, 22)}
     assert days_of(dsn) == days, "the 17th is within 3 days of noon on the 20th; today and 2 days ahead exist"
     assert days_of(dsn, "ib_port_sample") == days
-
-
-def batch_at(ts: float, seq: int) -> dict:
-    topology = build_topology(1, 2, 1, cluster="late")
-    gpus, ports = SimNodeSource(topology[0], JobSchedule(topology, 1), 1).read(ts)
-    return encode_batch(
-        Origin("late", "r", "n", "sim", str(uuid.uuid4())), seq, [Snapshot(ts=ts, gpus=gpus, ports=ports)]
-    )
 
 
 def test_late_data_gets_its_partition_and_data_past_retention_is_refused(collector: RunningCollector) -> None:

@@ -17,7 +17,7 @@ from gpuscope.collector.store import rollups
 from gpuscope.exporter.events import Event
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
 from gpuscope.exporter.wire import Origin, encode_batch
-from tests.collector.test_ingest import post
+from tests.collector.helpers import post
 from tests.processes import RunningCollector
 
 GPUS = [GpuIdentity(i, f"GPU-{i}", "H100", f"00:{i:02x}") for i in range(8)]

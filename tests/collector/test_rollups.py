@@ -8,8 +8,7 @@ import time
 import psycopg
 
 from gpuscope.collector.store import rollups
-from tests.collector.test_ingest import post
-from tests.collector.test_partitions import batch_at
+from tests.collector.helpers import batch_at, post
 from tests.processes import RunningCollector
 
 

@@ -7,22 +7,19 @@ import asyncio
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
-
-import httpx
 
 from gpuscope.bench import ingest
 from gpuscope.bench.loadgen import push_all
 from gpuscope.core.listen import free_loopback_port
+from tests.commands import GPUSCOPE, token_file, wait_healthy
 from tests.conftest import count_rows
-from tests.test_cli import GPUSCOPE
 
 
-def two_workers(dsn: str, port: int, token_file: str) -> list[str]:
+def two_workers(dsn: str, port: int, token_path: str) -> list[str]:
     """The command line of a two-process collector on 127.0.0.1:port."""
     listen = f"127.0.0.1:{port}"
-    return [*GPUSCOPE, "collector", "--db", dsn, "--listen", listen, "--workers", "2", "--token-file", token_file]
+    return [*GPUSCOPE, "collector", "--db", dsn, "--listen", listen, "--workers", "2", "--token-file", token_path]
 
 
 def children(pid: int) -> list[int]:
@@ -40,24 +37,16 @@ def children(pid: int) -> list[int]:
 
 def test_two_workers_share_the_port_and_stop_together(dsn: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     token = "t" * 32
-    (tmp_path / "token").write_text(token)
-    (tmp_path / "token").chmod(0o600)
+    tokens = token_file(tmp_path / "token", token)
     port = free_loopback_port()
-    token_file = str(tmp_path / "token")
     collector = subprocess.Popen(
-        two_workers(dsn, port, token_file),
+        two_workers(dsn, port, str(tokens)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_healthy(f"http://127.0.0.1:{port}", timeout=60, process=collector)
         workers = children(collector.pid)
         assert len(workers) == 2
         monkeypatch.setattr(ingest, "NODES", 40)
@@ -75,15 +64,13 @@ def test_two_workers_share_the_port_and_stop_together(dsn: str, tmp_path: Path, 
 
 
 def test_port_in_use_fails_in_one_clear_line(dsn: str, tmp_path: Path) -> None:
-    (tmp_path / "token").write_text("t" * 32)
-    (tmp_path / "token").chmod(0o600)
+    tokens = token_file(tmp_path / "token", "t" * 32)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        tf = str(tmp_path / "token")
         result = subprocess.run(
-            two_workers(dsn, port, tf),
+            two_workers(dsn, port, str(tokens)),
             capture_output=True,
             text=True,
             timeout=60,

@@ -5,7 +5,6 @@ to test-artifacts/dashboard/."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 import time
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
+import httpx
 import pytest
 
 from gpuscope.bench.browser import console_errors, graph_data, open_page, screenshot, wait_until
@@ -25,20 +24,13 @@ from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.sim.training import Fault, simulate
 from gpuscope.stragglers.watch import StragglerWatch
+from tests.alerts.rules import gpu_over_temperature
 from tests.conftest import new_database, require_tool
 from tests.processes import running_collector
-from tests.stragglers import test_watch
+from tests.stragglers.helpers import HISTORY_S, JOB, push, watch
+from tests.waiting import eventually
 
-RULES = """
-groups:
-  - name: gpu
-    interval: 1s
-    rules:
-      - alert: GpuOverTemperature
-        expr: SELECT cluster, node, gpu, uuid, temp_c AS value FROM gpu_latest WHERE temp_c >= 85
-        labels: {severity: warning}
-        annotations: {summary: "GPU {{ $labels.gpu }} on {{ $labels.node }} is hot"}
-"""
+RULES = gpu_over_temperature()
 PAGES = ("/", "/heatmap", "/power", "/jobs", "/jobs/train-1", "/node/node-001?gpu=3", "/alerts")
 
 
@@ -61,10 +53,10 @@ def stack(postgres: EmbeddedPostgres) -> Iterator[Stack]:
     running = stack.enter_context(running_collector(dsn, token=token, admin_token=admin, rules=RULES, alert_tick_s=0.2))
     url = running.url
     # A training job whose GPU 2 on its second node runs hot and slows the job by 20%, still now.
-    start = time.time() - test_watch.HISTORY_S - 20
-    fault = Fault("thermal", 1, 2, onset_s=1500.0, end_s=test_watch.HISTORY_S + 3600, severity=0.2)
-    test_watch.push(running, simulate(test_watch.JOB, [fault], test_watch.HISTORY_S), start, "train-1")
-    asyncio.run(_watch(dsn, datetime.fromtimestamp(start + test_watch.HISTORY_S + 20, UTC)))
+    start = time.time() - HISTORY_S - 20
+    fault = Fault("thermal", 1, 2, onset_s=1500.0, end_s=HISTORY_S + 3600, severity=0.2)
+    push(running, simulate(JOB, [fault], HISTORY_S), start, "train-1")
+    watch(dsn, StragglerWatch(), datetime.fromtimestamp(start + HISTORY_S + 20, UTC))
     topology = build_topology(4, 8, 2, cluster="live")
     exporters = [
         NodeExporter(
@@ -81,17 +73,20 @@ def stack(postgres: EmbeddedPostgres) -> Iterator[Stack]:
     settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", collector_url=url, refresh_ms=1500)
     dashboard = stack.enter_context(build_dashboard(settings))
     dashboard.start()
-    time.sleep(2.5)  # a few pushes, an evaluation or two
-    yield Stack(f"http://127.0.0.1:{dashboard.port}", url, admin, dsn, 32 + test_watch.JOB.nodes * 4)
-    dashboard.stop()
-    for exporter in exporters:
-        exporter.stop()
-    stack.close()
-
-
-async def _watch(dsn: str, now: datetime) -> None:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await StragglerWatch().cycle(conn, now)
+    try:
+        eventually(
+            lambda: all(e.pusher and e.pusher.stats.snapshots_sent for e in exporters), what="every exporter to push"
+        )
+        eventually(
+            lambda: httpx.get(f"{url}/api/v1/alerts", params={"state": "firing"}, timeout=5).json(),
+            what="the hot GPU's alert to fire",
+        )
+        yield Stack(f"http://127.0.0.1:{dashboard.port}", url, admin, dsn, 32 + JOB.nodes * 4)
+    finally:
+        dashboard.stop()
+        for exporter in exporters:
+            exporter.stop()
+        stack.close()
 
 
 def test_every_page_loads_without_console_errors(stack: Stack, browser: Any) -> None:
@@ -126,7 +121,7 @@ def test_the_heatmap_shows_every_simulated_gpu_and_a_click_opens_its_node(stack:
 def test_filters_live_in_the_url_and_zoom_survives_refreshes(stack: Stack, browser: Any) -> None:
     open_page(browser, stack.dashboard + "/heatmap?metric=temp_c&range=15m&level=node")
     (trace,) = graph_data(browser, "heatmap-graph")
-    assert len(trace["y"]) == 4 + test_watch.JOB.nodes, "one row per node"
+    assert len(trace["y"]) == 4 + JOB.nodes, "one row per node"
     title = browser.execute_script("return document.querySelector('#heatmap-graph .js-plotly-plot').layout.title.text")
     assert title.startswith("Temperature") and "per node" in title
     browser.find_element("css selector", "#heatmap-range input[value='1h']").click()
@@ -140,7 +135,10 @@ def test_filters_live_in_the_url_and_zoom_survives_refreshes(stack: Stack, brows
     browser.execute_script(f"{plot}.__gpuscope_marker = 1")
     revision = browser.execute_script(f"return {plot}.layout.uirevision")
     updates = browser.execute_script(f"return {plot}.data[0].x.slice(-1)[0]")
-    time.sleep(4)  # two refreshes at 1.5 s
+    refreshed = f"return !{plot}.data[0].__gpuscope_stale"
+    for refresh in ("first", "second"):  # two refreshes (every 1.5 s); each hands Plotly new traces
+        browser.execute_script(f"{plot}.data[0].__gpuscope_stale = true")
+        wait_until(browser, lambda: browser.execute_script(refreshed), 10, f"the {refresh} refresh")
     assert browser.execute_script(f"return {plot}.__gpuscope_marker") == 1, "the plot is updated, not rebuilt"
     assert browser.execute_script(f"return {plot}.layout.uirevision") == revision == "temp_c-1h-node"
     assert browser.execute_script(f"return {plot}.data[0].x.slice(-1)[0]") >= updates

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from gpuscope.exporter.exposition import ExporterIdentity, Exposition
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import GpuReading, Snapshot
+from tests.waiting import eventually
 
 T0 = 1_790_000_000.0
 
@@ -40,11 +40,7 @@ def fetch(exporter: NodeExporter, path: str, accept: str | None = None) -> tuple
 
 
 def wait_for_snapshot(exporter: NodeExporter) -> Snapshot:
-    deadline = time.monotonic() + 5
-    while exporter.sampler.latest is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert exporter.sampler.latest is not None
-    return exporter.sampler.latest
+    return eventually(lambda: exporter.sampler.latest, timeout=5, interval=0.02, what="the exporter's first snapshot")
 
 
 def test_metrics_serves_every_gpu_and_port_in_base_units(exporter: NodeExporter) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import pynvml
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from gpuscope.exporter.sources.base import BackendUnavailable
 from gpuscope.exporter.sources.nvml import SLOW_EVERY, NvmlSource
 from gpuscope.exporter.testing.fake_nvml import FakeGpu, h100_node, make_fake_pynvml
+from tests.waiting import eventually
 
 
 def read_twice(source: NvmlSource) -> list:
@@ -103,9 +103,7 @@ def test_xid_events_are_counted_per_code() -> None:
     try:
         for xid in (79, 79, 48):
             fake.raise_xid(gpus[1], xid)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and sum(source.read(0.0)[0][1].xid_counts.values()) < 3:
-            time.sleep(0.05)
+        eventually(lambda: sum(source.read(0.0)[0][1].xid_counts.values()) >= 3, timeout=5, what="the three XID events")
         readings = source.read(1.0)[0]
         assert readings[1].xid_counts == {79: 2, 48: 1}
         assert readings[0].xid_counts == {}

@@ -7,22 +7,10 @@ import uuid
 
 from gpuscope.core.listen import free_loopback_port as free_port
 from gpuscope.exporter.pusher import Pusher
-from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
-from gpuscope.exporter.snapshot import Snapshot
 from gpuscope.exporter.wire import Origin
 from tests.conftest import count_rows
+from tests.exporter.helpers import snapshots
 from tests.processes import RunningCollector, running_collector
-
-
-def snapshots(count: int) -> list[Snapshot]:
-    topology = build_topology(1, 8, 1, cluster="test")
-    source = SimNodeSource(topology[0], JobSchedule(topology, 2), 2)
-    now = time.time() - count
-    out = []
-    for i in range(count):
-        gpus, ports = source.read(now + i)
-        out.append(Snapshot(ts=now + i, gpus=gpus, ports=ports))
-    return out
 
 
 def origin() -> Origin:

@@ -7,8 +7,6 @@ import time
 import uuid
 from pathlib import Path
 
-import psycopg
-
 from gpuscope.core.listen import free_loopback_port as free_port
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.pusher import Pusher
@@ -16,8 +14,9 @@ from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.spool import Spool
 from gpuscope.exporter.wire import Origin
 from tests.conftest import count_rows
-from tests.exporter.test_pusher import snapshots
+from tests.exporter.helpers import snapshots, stored_rows
 from tests.processes import running_collector
+from tests.waiting import eventually
 
 TOKEN = "s" * 32
 
@@ -27,14 +26,6 @@ def collector_on(dsn: str, port: int) -> contextlib.ExitStack:
     stack = contextlib.ExitStack()
     stack.enter_context(running_collector(dsn, token=TOKEN, port=port))
     return stack
-
-
-def stored_rows(dsn: str) -> tuple[int, int]:
-    """(rows, distinct (gpu, ts)) in gpu_sample."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT count(*), count(DISTINCT (gpu_id, ts)) FROM gpu_sample").fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
 
 
 def test_collector_outage_during_pushing_loses_and_duplicates_nothing(dsn: str, tmp_path: Path) -> None:
@@ -55,21 +46,29 @@ def test_collector_outage_during_pushing_loses_and_duplicates_nothing(dsn: str, 
             max_snapshots_per_batch=10,
         ),
     )
+    pusher = exporter.pusher
+    assert pusher is not None and pusher.spool is not None
+    spool = pusher.spool
     exporter.start()
     try:
-        time.sleep(1.0)
+        eventually(lambda: pusher.stats.batches_sent >= 2, what="pushes to get through before the outage")
         collector.close()  # the collector goes away for a while...
-        time.sleep(2.5)
-        assert exporter.pusher is not None and exporter.pusher.stats.failures > 0
-        assert exporter.pusher.spool is not None and len(exporter.pusher.spool) > 0, "full batches went to disk"
+        # ...long enough for several full batches to go to disk
+        eventually(lambda: len(spool) >= 3, timeout=15, what="full batches to go to disk during the outage")
+        assert pusher.stats.failures > 0
+        sent_in_outage = pusher.stats.snapshots_sent
         collector = collector_on(dsn, port)  # ...and comes back on the same address
-        time.sleep(1.0)
+        eventually(
+            lambda: len(spool) == 0 and pusher.stats.snapshots_sent > sent_in_outage,
+            timeout=15,
+            what="the spool to be replayed to the collector that came back",
+        )
     finally:
         exporter.stop(flush_seconds=15)
         collector.close()
     sampled = exporter.sampler.cycles
     assert stored_rows(dsn) == (sampled * 8, sampled * 8), "every sample stored, exactly once"
-    assert len(exporter.pusher.spool) == 0
+    assert len(spool) == 0
 
 
 def test_unsent_batches_survive_an_exporter_restart(dsn: str, tmp_path: Path) -> None:
@@ -139,9 +138,13 @@ def test_exporter_metrics_show_the_spool(dsn: str, tmp_path: Path) -> None:
         ),
     )
     exporter.start()
-    time.sleep(0.5)
-    body, _ = exporter.exposition.render(None)
-    exporter.stop(flush_seconds=0.5)
+    try:
+        pusher = exporter.pusher
+        assert pusher is not None
+        eventually(lambda: pusher.stats.failures > 0, what="a push to fail (nothing listens)")
+        body, _ = exporter.exposition.render(None)
+    finally:
+        exporter.stop(flush_seconds=0.5)
     assert count_rows(dsn, "gpu_sample") == 0
     text = body.decode()
     assert "gpuscope_exporter_push_failures_total" in text and "gpuscope_exporter_spool_bytes" in text

@@ -18,27 +18,20 @@ from gpuscope.alerts.engine import LOCK_KEY
 from gpuscope.core.listen import free_loopback_port
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
-from tests import test_faults as faults
+from tests import commands
 from tests.alerts.receiver import ChatReceiver
+from tests.alerts.rules import gpu_over_temperature
 from tests.conftest import count_rows
+from tests.waiting import eventually
 
 TOKEN = "s" * 32
-RULES = """
-groups:
-  - name: gpu
-    interval: 1s
-    rules:
-      - alert: GpuOverTemperature
-        expr: SELECT cluster, node, gpu, temp_c AS value FROM gpu_latest WHERE temp_c >= 85
-        labels: {severity: warning}
-"""
 
 
 def start_collector(dsn: str, port: int, tmp_path: Path, notify: Path) -> subprocess.Popen[bytes]:
     rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES)
+    rules.write_text(gpu_over_temperature())
     extra = ("--rules", str(rules), "--notify-config", str(notify))
-    return faults.start_collector(dsn, port, tmp_path / "token", *extra, timeout=60)
+    return commands.start_collector(dsn, port, tmp_path / "token", *extra, timeout=60)
 
 
 def leader_pid(dsn: str) -> int | None:
@@ -61,8 +54,7 @@ def receiver() -> Iterator[ChatReceiver]:
 def test_two_collectors_store_everything_once_and_hand_over_alerting(
     dsn: str, tmp_path: Path, receiver: ChatReceiver
 ) -> None:
-    (tmp_path / "token").write_text(TOKEN)
-    (tmp_path / "token").chmod(0o600)
+    commands.token_file(tmp_path / "token", TOKEN)
     notify = tmp_path / "notify.yaml"
     notify.write_text(
         "route: {receiver: ops, group_by: [alertname, node], group_wait: 0s, group_interval: 1s}\n"
@@ -83,7 +75,12 @@ def test_two_collectors_store_everything_once_and_hand_over_alerting(
     try:
         for exporter in exporters:
             exporter.start()
-        time.sleep(3)
+
+        def pushing_and_led() -> bool:
+            assert all(e.pusher and e.pusher.stats.snapshots_sent for e in exporters), "every exporter has pushed"
+            return leader_pid(dsn) in {c.pid for c in collectors}
+
+        eventually(pushing_and_led, timeout=30, what="every exporter to push and one collector to lead alerting")
         sources[0].fail_cooling(1, 60.0)
         (first,) = receiver.wait_for("/hook", 1, timeout=20)
         assert first.body["groupLabels"] == {"alertname": "GpuOverTemperature", "node": topology[0].name}
@@ -110,7 +107,8 @@ def test_two_collectors_store_everything_once_and_hand_over_alerting(
             assert leader_pid(dsn) == collectors[survivor].pid
             assert second.body["groupLabels"]["node"] == topology[hot].name
             assert took < 15, f"the survivor took {took:.1f} s to take over and announce"
-            time.sleep(3)  # a few more evaluations by the survivor
+            # Something that must NOT happen: a window of a few more evaluations by the survivor (interval 1 s).
+            time.sleep(3)
             assert len(receiver.at("/hook")) == 2, "node 0's alert, already announced, is not announced again"
         finally:
             late.stop()

@@ -4,53 +4,19 @@ with the right job, GPU, cause and interval; nothing for a clean job, nothing tw
 
 from __future__ import annotations
 
-import asyncio
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import psycopg
 import pytest
 
-from gpuscope.exporter.sim.training import Fault, Telemetry, TrainingJob, simulate
-from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.exporter.sim.training import Fault, TrainingJob, simulate
 from gpuscope.stragglers.watch import StragglerWatch
-from tests.collector.test_ingest import post
 from tests.processes import RunningCollector
+from tests.stragglers.helpers import HISTORY_S, JOB, push, watch
 
-JOB = TrainingJob(nodes=2, gpus_per_node=4, seed=8)
-HISTORY_S = 2400.0
 FAULT = Fault("thermal", 1, 2, onset_s=1500.0, end_s=2100.0, severity=0.2)
-
-
-def push(collector: RunningCollector, telemetry: Telemetry, start: float, job_id: str) -> None:
-    for node in range(JOB.nodes):
-        origin = Origin("c", "r1", f"{job_id}-n{node}", "sim", str(uuid.uuid4()))
-        gpus = [GpuIdentity(i, f"GPU-{job_id}-{node}-{i}", "H100", f"00:{i:02x}") for i in range(JOB.gpus_per_node)]
-        snapshots = []
-        for i, t in enumerate(telemetry.times):
-            readings = []
-            for local, identity in enumerate(gpus):
-                rank = node * JOB.gpus_per_node + local
-                values = {k: float(v[rank, i]) for k, v in telemetry.gpu.items() if v[rank, i] == v[rank, i]}
-                readings.append(GpuReading(identity, True, values=values))
-            port = PortReading(PortIdentity("mlx5_0", 1), {k: float(v[node, i]) for k, v in telemetry.nic.items()})
-            jobs = {g.index: JobInfo(job_id, "alice") for g in gpus}
-            snapshots.append(Snapshot(ts=start + t, gpus=tuple(readings), ports=(port,), jobs=jobs))
-        for seq, lo in enumerate(range(0, len(snapshots), 60), start=1):
-            body = encode_binary(origin, seq, snapshots[lo : lo + 60])
-            response = post(collector, body, **{"Content-Type": BINARY_CONTENT_TYPE})
-            assert response.status_code == 200, response.text
-
-
-def watch(dsn: str, watcher: StragglerWatch, now: datetime) -> int:
-    async def run() -> int:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            return await watcher.cycle(conn, now)
-
-    return asyncio.run(run())
 
 
 @pytest.fixture
