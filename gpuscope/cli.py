@@ -125,6 +125,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--workers", type=_positive_int, default=1, help="ingest: collector worker processes (default 1)"
     )
+    bench.add_argument(
+        "--end-to-end",
+        action="store_true",
+        help="stragglers: stream jobs live through the ingest API into a real collector, score /api/v1/stragglers",
+    )
     bench.set_defaults(run=_run_bench)
     return parser
 
@@ -132,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run_bench(args: argparse.Namespace) -> None:
     from gpuscope.bench import alerts as alerts_bench
     from gpuscope.bench import dashboard as dashboard_bench
-    from gpuscope.bench import exporter, ingest, query, stragglers
+    from gpuscope.bench import exporter, ingest, query, stragglers, stragglers_live
     from gpuscope.bench.report import emit
 
     logging.getLogger().setLevel(logging.WARNING)
@@ -140,7 +145,7 @@ def _run_bench(args: argparse.Namespace) -> None:
         "exporter": exporter.run,
         "ingest": lambda: ingest.run(args.workers),
         "query": query.run,
-        "stragglers": stragglers.run,
+        "stragglers": stragglers_live.run if args.end_to_end else stragglers.run,
         "alerts": alerts_bench.run,
         "dashboard": dashboard_bench.run,
     }

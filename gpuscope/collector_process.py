@@ -73,6 +73,8 @@ class CollectorSettings(BaseSettings):
     admin_token_file: Path | None = None  # bearer token for creating and expiring silences
     alert_tick_s: float = Field(default=0.5, gt=0)  # how often the engine checks group timers and due groups
     stragglers: bool = True  # run the straggler watch (in one replica at a time)
+    # How often the watch reads what settled: part of the onset-to-API latency, cheap (it reads only new buckets).
+    straggler_interval_s: float = Field(default=5.0, gt=0, le=300)
 
     @model_validator(mode="after")
     def _tiers_outlive_finer_ones(self) -> CollectorSettings:
@@ -107,7 +109,7 @@ def build(settings: CollectorSettings, dsn: str, token: str) -> FastIngest:
 
 def parts(settings: CollectorSettings) -> tuple[Part, ...]:
     """The extensions this collector runs: the straggler watch, the alerts (API always, engine if asked)."""
-    found = [stragglers_part()] if settings.stragglers else []
+    found = [stragglers_part(settings.straggler_interval_s)] if settings.stragglers else []
     return (*found, alerts_part(alert_engine(settings)))
 
 

@@ -7,6 +7,11 @@ utilisation (idle outside kernels: a stalled host), and each node's NIC transmit
 
 - Peers and past: every ratio is compared with the same rank's slow baseline, so a permanently heavier
   role (the last pipeline stage) is its normal, not a straggler.
+- The job's own past is the median of its activity over the last `level_window_s` of healthy running,
+  not a long average from its first sample: a job that starts slowly (compilation, data loading,
+  warm-up) would otherwise leave its normal far below its steady state for tens of minutes, and a real
+  slowdown would read as none. The median also shrugs off the first minute of a fault before it is
+  declared. The slowdown reported is the median of the estimates while the straggler is active.
 - Phases all ranks go through together (checkpoints, evaluation, start-up) are gated out: samples where
   the job's median activity collapses are skipped, and nothing is declared in the warm-up.
 - Verification: a candidate is declared only while the job itself is measurably slower, and only after
@@ -29,7 +34,8 @@ SW_POWER_CAP = 0x4
 class Settings:
     sample_s: float = 5.0
     fast_s: float = 20.0  # time constant of the current estimate
-    slow_s: float = 1200.0  # time constant of the baselines
+    slow_s: float = 1200.0  # time constant of the per-rank and per-node baselines
+    level_window_s: float = 600.0  # the job's normal activity: the median over this much healthy past
     warmup_s: float = 300.0  # learning only after a job starts
     persist_s: float = 30.0  # a candidate must hold this long to be declared, and be gone this long to end
     min_share_rise: float = 0.05  # a rank's share of the work above its own normal by this much
@@ -47,10 +53,11 @@ class Straggler:
     gpu: int | None  # local GPU index on that node; None for a node or NIC
     cause: str  # thermal | power_cap | slow_nic | slow_host | unknown
     started_s: float
-    slowdown: float  # estimated job slowdown (largest seen while active)
+    slowdown: float  # estimated job slowdown: the median of the estimates while active
     declared_s: float = 0.0  # when persistence was reached: started_s + persist_s at the earliest
     evidence: dict[str, float] = field(default_factory=dict)
     ended_s: float | None = None
+    estimates: list[float] = field(default_factory=list, repr=False)  # job slowdown per sample while active
 
 
 @dataclass
@@ -81,7 +88,8 @@ class JobDetector:
         self._started: float | None = None
         self._share = _Ewma(self._fast, self._slow)  # rank's tensor activity / job median
         self._util = _Ewma(self._fast, self._slow)  # node's median GPU utilisation / the other nodes'
-        self._level = _Ewma(self._fast, self._slow)  # job median tensor activity
+        self._level = _Ewma(self._fast, self._slow)  # job median tensor activity (its `now`)
+        self._normal = _Window(max(1, round(s.level_window_s / s.sample_s)))  # ... and its normal
         self._wait = _Ewma(self._fast, self._slow)  # node's transmit waits per second (log)
         self._candidate: _Candidate | None = None
         self._quiet_since: float | None = None
@@ -115,6 +123,8 @@ class JobDetector:
         self._share.add(tensor / level, learn=not frozen)
         self._util.add(node_util, learn=not frozen)
         self._level.add(np.array([level]), learn=not frozen)
+        if not frozen:
+            self._normal.add(level)
         self._wait.add(np.log10(np.maximum(xmit_wait_rate, 1.0)), learn=not frozen)
         if t - self._started < s.warmup_s:
             return
@@ -123,7 +133,7 @@ class JobDetector:
     def _find(self, clock: np.ndarray, reasons: np.ndarray, link_gbps: np.ndarray) -> _Candidate | None:
         """The most likely culprit now, if the job is slower than its normal."""
         s = self.settings
-        slowdown = float(self._level.base[0] / self._level.now[0] - 1)
+        slowdown = float(self._normal.median() / self._level.now[0] - 1)
         if not slowdown >= s.min_job_slowdown:
             return None
         evidence = {"job_slowdown": slowdown}
@@ -161,7 +171,8 @@ class JobDetector:
             if same:
                 assert found is not None
                 self._quiet_since = None
-                self.active.slowdown = max(self.active.slowdown, found.evidence["job_slowdown"])
+                self.active.estimates.append(found.evidence["job_slowdown"])
+                self.active.slowdown = float(np.median(self.active.estimates))
             elif self._quiet_since is None:
                 self._quiet_since = t
             elif t - self._quiet_since >= s.persist_s:
@@ -175,6 +186,7 @@ class JobDetector:
             node, gpu, cause = found.key
             self.active = Straggler(node, gpu, cause, self._candidate.since_s, found.evidence["job_slowdown"], t)
             self.active.evidence = found.evidence
+            self.active.estimates.append(found.evidence["job_slowdown"])
             self.declared.append(self.active)
             self._candidate = None
 
@@ -199,6 +211,21 @@ class _Ewma:
             fill_base = ~np.isfinite(self.base) & seen
             self.base[fill_base] = values[fill_base]
             self.base[seen] += self.slow * (values[seen] - self.base[seen])
+
+
+class _Window:
+    """The last `size` values of a scalar (a ring), for a median that forgets what it is older."""
+
+    def __init__(self, size: int) -> None:
+        self._values = np.full(size, np.nan)
+        self._next = 0
+
+    def add(self, value: float) -> None:
+        self._values[self._next] = value
+        self._next = (self._next + 1) % self._values.size
+
+    def median(self) -> float:
+        return _median(self._values)
 
 
 def _median(values: np.ndarray) -> float:

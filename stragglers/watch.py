@@ -170,7 +170,7 @@ class StragglerWatch:
         )
         if found := await cur.fetchone():
             await conn.execute(
-                "UPDATE straggler SET slowdown = greatest(slowdown, %s), ended_at = %s WHERE straggler_id = %s",
+                "UPDATE straggler SET slowdown = %s, ended_at = %s WHERE straggler_id = %s",
                 (straggler.slowdown, _at(straggler.ended_s), found[0]),
             )
             return int(found[0])

@@ -4,10 +4,11 @@ checkpoints, drift and permanently heavier last stage)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gpuscope.bench.stragglers import detect
-from gpuscope.exporter.sim.training import Fault, TrainingJob, simulate
+from gpuscope.exporter.sim.training import Fault, Telemetry, TrainingJob, simulate
 
 JOB = TrainingJob(nodes=3, gpus_per_node=8, last_stage_extra=0.15, seed=21)
 ONSET, END = 1200.0, 2100.0
@@ -34,3 +35,28 @@ def test_stays_quiet_on_clean_jobs_with_checkpoints_and_a_heavier_last_stage() -
 def test_a_blip_shorter_than_the_persistence_is_not_declared() -> None:
     blip = Fault("thermal", 1, 2, ONSET, ONSET + 10, 0.2)
     assert detect(simulate(JOB, [blip], 3600), JOB) == []
+
+
+def _starting_slowly(telemetry: Telemetry, ramp_s: float, first: float) -> Telemetry:
+    """The job's first `ramp_s` as real jobs start (compilation, data loading, warm-up): every rank's
+    activity rises from `first` of its steady level, together."""
+    scale = np.clip(first + (1 - first) * telemetry.times / ramp_s, first, 1.0)
+    for key in ("tensor_active_pct", "sm_active_pct"):
+        telemetry.gpu[key] = telemetry.gpu[key] * scale
+    return telemetry
+
+
+@pytest.mark.parametrize("severity", [0.1, 0.2, 0.5])
+@pytest.mark.parametrize(("kind", "node", "gpu"), [("thermal", 1, 2), ("slow_host", 0, None)])
+def test_a_slow_start_hides_no_slowdown_and_the_estimate_is_within_a_quarter(
+    kind: str, node: int, gpu: int | None, severity: float
+) -> None:
+    # The failure an independent generator found: jobs that start slowly left the job's normal activity
+    # far below its steady state, so a job slowed 1.5x read as 3-8% slower, and 10-20% as nothing.
+    fault = Fault(kind, node, gpu, ONSET, END, severity)
+    telemetry = _starting_slowly(simulate(JOB, [fault], 3600), ramp_s=600, first=0.3)
+    during = (telemetry.times >= ONSET) & (telemetry.times < END)
+    truth = float(np.nanmedian(telemetry.slowdown()[during]))
+    [straggler] = detect(telemetry, JOB)
+    assert (straggler.node, straggler.gpu, straggler.cause) == (node, gpu, kind)
+    assert abs(straggler.slowdown - truth) <= 0.25 * truth, (straggler.slowdown, truth)
