@@ -7,11 +7,15 @@ utilisation (idle outside kernels: a stalled host), and each node's NIC transmit
 
 - Peers and past: every ratio is compared with the same rank's slow baseline, so a permanently heavier
   role (the last pipeline stage) is its normal, not a straggler.
-- The job's own past is the median of its activity over the last `level_window_s` of healthy running,
-  not a long average from its first sample: a job that starts slowly (compilation, data loading,
-  warm-up) would otherwise leave its normal far below its steady state for tens of minutes, and a real
-  slowdown would read as none. The median also shrugs off the first minute of a fault before it is
-  declared. The slowdown reported is the median of the estimates while the straggler is active.
+- Every normal (the job's activity, each rank's share, each node's utilisation and transmit waits) is
+  the median over the last `window_s` of healthy running, not a long average from the first sample: a
+  job that starts slowly (compilation, data loading, warm-up, nodes spinning at the first collective)
+  would otherwise leave its normals far from its steady state for tens of minutes, so that a real
+  slowdown reads as none and start-up noise as a fault. The median also shrugs off the first minute of
+  a fault before it is declared. The slowdown reported is the median of the estimates while active.
+- Evidence is weighed most specific first: a GPU doing more than its share while its clock is held
+  down for a named reason (thermal, power cap) outranks waits on a port, which any slowdown of the job
+  moves (a NIC is blamed when its port stands out and no GPU explains the slowdown).
 - Phases all ranks go through together (checkpoints, evaluation, start-up) are gated out: samples where
   the job's median activity collapses are skipped, and nothing is declared in the warm-up.
 - Verification: a candidate is declared only while the job itself is measurably slower, and only after
@@ -21,6 +25,7 @@ utilisation (idle outside kernels: a stalled host), and each node's NIC transmit
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,14 +39,16 @@ SW_POWER_CAP = 0x4
 class Settings:
     sample_s: float = 5.0
     fast_s: float = 20.0  # time constant of the current estimate
-    slow_s: float = 1200.0  # time constant of the per-rank and per-node baselines
-    level_window_s: float = 600.0  # the job's normal activity: the median over this much healthy past
-    warmup_s: float = 300.0  # learning only after a job starts
+    window_s: float = 600.0  # every normal is the median over this much healthy past
+    refresh_s: float = 30.0  # ... taken again this often
+    max_freeze_s: float = 2400.0  # normals stand still for an active straggler this long at most
+    warmup_s: float = 600.0  # learning only after a job starts: a full window, as GPUs settle thermally
     persist_s: float = 30.0  # a candidate must hold this long to be declared, and be gone this long to end
     min_share_rise: float = 0.05  # a rank's share of the work above its own normal by this much
     min_job_slowdown: float = 0.03  # and the job measurably slower: the verification step
     min_util_drop: float = 0.06  # a node's GPUs idle outside kernels by this much more than their peers
     min_wait_rise: float = 4.0  # a port's transmit waits this many times its normal
+    min_link_drop: float = 0.1  # or its link running this much below its normal rate (trained down)
     gate_activity: float = 5.0  # job median tensor activity (%) below this: a pause, skipped
 
 
@@ -83,14 +90,15 @@ class JobDetector:
         self.node_of = node_of
         self.nodes = int(node_of.max()) + 1 if node_of.size else 0
         self._first_rank = np.array([int(np.argmax(node_of == n)) for n in range(self.nodes)])
-        self._fast = 1 - math.exp(-s.sample_s / s.fast_s)
-        self._slow = 1 - math.exp(-s.sample_s / s.slow_s)
+        fast = 1 - math.exp(-s.sample_s / s.fast_s)
+        window = max(3, round(s.window_s / s.sample_s))
+        refresh = max(1, round(s.refresh_s / s.sample_s))
         self._started: float | None = None
-        self._share = _Ewma(self._fast, self._slow)  # rank's tensor activity / job median
-        self._util = _Ewma(self._fast, self._slow)  # node's median GPU utilisation / the other nodes'
-        self._level = _Ewma(self._fast, self._slow)  # job median tensor activity (its `now`)
-        self._normal = _Window(max(1, round(s.level_window_s / s.sample_s)))  # ... and its normal
-        self._wait = _Ewma(self._fast, self._slow)  # node's transmit waits per second (log)
+        self._share = _Signal(fast, window, refresh)  # rank's tensor activity / job median
+        self._util = _Signal(fast, window, refresh)  # node's median GPU utilisation / the other nodes'
+        self._level = _Signal(fast, window, refresh)  # job median tensor activity
+        self._wait = _Signal(fast, window, refresh)  # node's transmit waits per second (log)
+        self._link = _Signal(fast, window, refresh)  # node's slowest link rate
         self._candidate: _Candidate | None = None
         self._quiet_since: float | None = None
         self.active: Straggler | None = None
@@ -119,13 +127,15 @@ class JobDetector:
         others = np.array([_median(np.delete(per_node, n)) for n in range(self.nodes)]) if self.nodes > 1 else per_node
         with np.errstate(all="ignore"):
             node_util = per_node / others
-        frozen = self.active is not None
+        # Normals stand still while a straggler is active, so a long one does not become normal; but
+        # not for ever, or a wrong declaration (a job that settled slower after its start, say) would
+        # keep itself alive by keeping the normal it is judged against.
+        frozen = self.active is not None and t - self.active.started_s < s.max_freeze_s
         self._share.add(tensor / level, learn=not frozen)
         self._util.add(node_util, learn=not frozen)
         self._level.add(np.array([level]), learn=not frozen)
-        if not frozen:
-            self._normal.add(level)
         self._wait.add(np.log10(np.maximum(xmit_wait_rate, 1.0)), learn=not frozen)
+        self._link.add(link_gbps, learn=not frozen)
         if t - self._started < s.warmup_s:
             return
         self._judge(t, self._find(clock, reasons, link_gbps))
@@ -133,10 +143,23 @@ class JobDetector:
     def _find(self, clock: np.ndarray, reasons: np.ndarray, link_gbps: np.ndarray) -> _Candidate | None:
         """The most likely culprit now, if the job is slower than its normal."""
         s = self.settings
-        slowdown = float(self._normal.median() / self._level.now[0] - 1)
+        slowdown = float(self._level.base[0] / self._level.now[0] - 1)
         if not slowdown >= s.min_job_slowdown:
             return None
         evidence = {"job_slowdown": slowdown}
+        share_rise = self._share.now / self._share.base - 1
+        rank = int(np.nanargmax(share_rise)) if np.isfinite(share_rise).any() else -1
+        gpu_found = rank >= 0 and share_rise[rank] >= s.min_share_rise and _stands_out(share_rise, rank)
+        cause = _clock_cause(int(np.nan_to_num(reasons[rank]))) if gpu_found else "unknown"
+        if gpu_found and cause != "unknown":
+            return self._gpu_candidate(rank, cause, share_rise, clock, evidence)
+        # A link trained to a lower rate names its own node; transmit waits can show on the port that
+        # sends into the slow one (credit back-pressure), so they come second.
+        link_drop = 1 - self._link.now / self._link.base
+        node = int(np.nanargmax(link_drop)) if np.isfinite(link_drop).any() else -1
+        if node >= 0 and link_drop[node] >= s.min_link_drop and _stands_out(link_drop, node):
+            evidence |= {"link_drop": float(link_drop[node]), "link_gbps": float(link_gbps[node])}
+            return _Candidate((node, None, "slow_nic"), 0.0, evidence)
         wait_rise = 10 ** (self._wait.now - self._wait.base)
         port = int(np.nanargmax(wait_rise)) if np.isfinite(wait_rise).any() else -1
         if port >= 0 and wait_rise[port] >= s.min_wait_rise and _stands_out(wait_rise, port):
@@ -147,21 +170,17 @@ class JobDetector:
         if node >= 0 and util_drop[node] >= s.min_util_drop and _stands_out(util_drop, node):
             evidence |= {"util_drop": float(util_drop[node])}
             return _Candidate((node, None, "slow_host"), 0.0, evidence)
-        share_rise = self._share.now / self._share.base - 1
-        rank = int(np.nanargmax(share_rise)) if np.isfinite(share_rise).any() else -1
-        if rank >= 0 and share_rise[rank] >= s.min_share_rise and _stands_out(share_rise, rank):
-            bits = int(np.nan_to_num(reasons[rank]))
-            peers_clock = float(np.nanmedian(np.delete(clock, rank)))
-            if bits & (HW_THERMAL_SLOWDOWN | SW_THERMAL_SLOWDOWN):
-                cause = "thermal"
-            elif bits & SW_POWER_CAP:
-                cause = "power_cap"
-            else:
-                cause = "unknown"
-            evidence |= {"share_rise": float(share_rise[rank]), "clock_ratio": float(clock[rank] / peers_clock)}
-            node = int(self.node_of[rank])
-            return _Candidate((node, rank - int(self._first_rank[node]), cause), 0.0, evidence)
+        if gpu_found:
+            return self._gpu_candidate(rank, cause, share_rise, clock, evidence)
         return None
+
+    def _gpu_candidate(
+        self, rank: int, cause: str, share_rise: np.ndarray, clock: np.ndarray, evidence: dict[str, float]
+    ) -> _Candidate:
+        peers_clock = float(np.nanmedian(np.delete(clock, rank)))
+        evidence |= {"share_rise": float(share_rise[rank]), "clock_ratio": float(clock[rank] / peers_clock)}
+        node = int(self.node_of[rank])
+        return _Candidate((node, rank - int(self._first_rank[node]), cause), 0.0, evidence)
 
     def _judge(self, t: float, found: _Candidate | None) -> None:
         """Persistence: declare a candidate that held persist_s; end a straggler gone for persist_s."""
@@ -191,41 +210,46 @@ class JobDetector:
             self._candidate = None
 
 
-class _Ewma:
-    """A fast and a slow exponentially weighted mean per element; missing values leave both as they are."""
+class _Signal:
+    """Per element: `now`, a fast exponentially weighted mean, and `base`, the median of the last
+    `window` values learnt (a ring; NaN for missing). Missing values leave `now` as it is. The median
+    is taken again every `refresh` values learnt: a normal over ten minutes moves too slowly for the
+    difference to matter, and the median is most of the detector's cost."""
 
-    def __init__(self, fast: float, slow: float) -> None:
-        self.fast, self.slow = fast, slow
+    def __init__(self, fast: float, window: int, refresh: int = 1) -> None:
+        self.fast, self.window, self.refresh = fast, window, refresh
+        self._learnt = 0
         self.now = np.empty(0)
+        self._ring = np.empty((0, window))
+        self._next = 0
         self.base = np.empty(0)
 
     def add(self, values: np.ndarray, learn: bool) -> None:
+        values = values.astype(float)
         if self.now.size == 0:
-            self.now, self.base = values.astype(float).copy(), values.astype(float).copy()
-            return
+            self.now = values.copy()
+            self._ring = np.full((values.size, self.window), np.nan)
         seen = np.isfinite(values)
         fill_now = ~np.isfinite(self.now) & seen
         self.now[fill_now] = values[fill_now]
         self.now[seen] += self.fast * (values[seen] - self.now[seen])
         if learn:
-            fill_base = ~np.isfinite(self.base) & seen
-            self.base[fill_base] = values[fill_base]
-            self.base[seen] += self.slow * (values[seen] - self.base[seen])
+            self._ring[:, self._next] = values
+            self._next = (self._next + 1) % self.window
+            self._learnt += 1
+            if self.base.size and self._learnt % self.refresh:
+                return
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an element never seen: NaN, as it should
+                self.base = np.nanmedian(self._ring, axis=1)
 
 
-class _Window:
-    """The last `size` values of a scalar (a ring), for a median that forgets what it is older."""
-
-    def __init__(self, size: int) -> None:
-        self._values = np.full(size, np.nan)
-        self._next = 0
-
-    def add(self, value: float) -> None:
-        self._values[self._next] = value
-        self._next = (self._next + 1) % self._values.size
-
-    def median(self) -> float:
-        return _median(self._values)
+def _clock_cause(bits: int) -> str:
+    if bits & (HW_THERMAL_SLOWDOWN | SW_THERMAL_SLOWDOWN):
+        return "thermal"
+    if bits & SW_POWER_CAP:
+        return "power_cap"
+    return "unknown"
 
 
 def _median(values: np.ndarray) -> float:

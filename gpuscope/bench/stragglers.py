@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuscope.bench import stragglers_families
 from gpuscope.exporter.sim.training import FAULT_KINDS, Fault, Telemetry, TrainingJob, simulate
 from gpuscope.stragglers.detector import JobDetector, Straggler
 
@@ -192,5 +193,7 @@ def run() -> dict[str, Any]:
         "seeds": f"{HELD_OUT.start}-{HELD_OUT.stop - 1} (held out; tuned on {TUNING.start}-{TUNING.stop - 1})",
         "tuning_seeds": tuning,
         "cycle_s_1000_jobs_10000_gpus": round(cycle_cost(), 3),
+        # Physics written apart from the detector and this suite (gpuscope/bench/workloads), per family.
+        "families": stragglers_families.run(),
         "sample_s": 5.0,
     }
