@@ -5,7 +5,7 @@ job allocations and the InfiniBand ports of their nodes, feeds each job's detect
 writes new stragglers, their growing slowdown estimates and their ends to the `straggler` table. A job
 new to this collector (or the collector itself, after a restart or a failover) is replayed from
 REPLAY of history first, so its baselines are learnt before it is judged. Only one collector runs it at
-a time (collector/main.py holds a PostgreSQL advisory lock for that).
+a time: it is a leader task (stragglers/part.py), run by whoever holds its PostgreSQL advisory lock.
 """
 
 from __future__ import annotations
