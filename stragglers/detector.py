@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,11 +61,12 @@ class Straggler:
     gpu: int | None  # local GPU index on that node; None for a node or NIC
     cause: str  # thermal | power_cap | slow_nic | slow_host | unknown
     started_s: float
-    slowdown: float  # estimated job slowdown: the median of the estimates while active
+    slowdown: float  # estimated job slowdown: the median of the (latest) estimates while active
     declared_s: float = 0.0  # when persistence was reached: started_s + persist_s at the earliest
     evidence: dict[str, float] = field(default_factory=dict)
     ended_s: float | None = None
-    estimates: list[float] = field(default_factory=list, repr=False)  # job slowdown per sample while active
+    # The job slowdown per sample while active: the last 720 (an hour at 5 s), so a long one stays cheap.
+    estimates: deque[float] = field(default_factory=lambda: deque(maxlen=720), repr=False)
 
 
 @dataclass
