@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ def build(settings: DashboardSettings) -> Iterator[DashboardServer]:
         rack_budgets_kw=read_rack_budgets(settings.rack_budgets_file) if settings.rack_budgets_file else {},
     )
     if settings.refresh_ms is not None:
-        options = DashboardOptions(options.collector_url, options.rack_budgets_kw, settings.refresh_ms)
+        options = dataclasses.replace(options, refresh_ms=settings.refresh_ms)
     users = read_users(settings.basic_auth_file) if settings.basic_auth_file else None
     host, port = parse_listen(settings.listen)
     pool = open_read_pool(settings.db, max_size=4, timeout=3.0, wait=False)  # up even while the database is not

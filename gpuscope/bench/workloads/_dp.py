@@ -324,13 +324,7 @@ def build(
         def slowdown_of(kind: str, where: tuple[int, ...], x: float, mode: str) -> float:
             return fault_state(dp, fleet, kind, where, x, mode)[0].S / clean.S - 1
 
-        def modes(kind: str) -> list[tuple[str, list[float] | None]]:
-            if kind == "slow_nic":
-                m: list[tuple[str, list[float] | None]] = [("downtrained", list(DOWNTRAINED)), ("congested", None)]
-                return m if rng.random() < 0.5 else m[::-1]
-            return [("", None)]
-
-        choice = pick_fault(rng, target, w, locate, slowdown_of, modes)
+        choice = pick_fault(rng, target, w, locate, slowdown_of, fault_modes(rng))
         attach_fault(
             job,
             dp,
@@ -342,6 +336,19 @@ def build(
             localisable=not (choice.kind == "slow_host" and wait_act == IDLE),
         )
     return render(job)
+
+
+def fault_modes(rng: np.random.Generator) -> Callable[[str], list[tuple[str, list[float] | None]]]:
+    """The ways a fault kind can happen, in the order pick_fault tries them: a slow NIC is a link trained
+    at a lower rate (discrete settings) or a congested port (any intensity), in random order."""
+
+    def modes(kind: str) -> list[tuple[str, list[float] | None]]:
+        if kind == "slow_nic":
+            m: list[tuple[str, list[float] | None]] = [("downtrained", list(DOWNTRAINED)), ("congested", None)]
+            return m if rng.random() < 0.5 else m[::-1]
+        return [("", None)]
+
+    return modes
 
 
 def attach_fault(

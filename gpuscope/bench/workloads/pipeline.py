@@ -35,7 +35,7 @@ import numpy as np
 
 from gpuscope.bench.workloads import Case
 from gpuscope.bench.workloads._common import design, draw_duration, log_uniform_int, pick_fault, rng_for
-from gpuscope.bench.workloads._dp import DOWNTRAINED, _init, attach_fault
+from gpuscope.bench.workloads._dp import _init, attach_fault, fault_modes
 from gpuscope.bench.workloads._engine import Job, StepPlan, onehot, plan, render, sample_grid
 from gpuscope.bench.workloads._gpu import (
     COMPUTE,
@@ -307,12 +307,6 @@ def generate(seed: int) -> Case:
         def slowdown_of(kind: str, where: tuple[int, ...], x: float, mode: str) -> float:
             return fault_state(pp, fleet, kind, where, x, mode)[0].S / clean.S - 1
 
-        def modes(kind: str) -> list[tuple[str, list[float] | None]]:
-            if kind == "slow_nic":
-                m: list[tuple[str, list[float] | None]] = [("downtrained", list(DOWNTRAINED)), ("congested", None)]
-                return m if rng.random() < 0.5 else m[::-1]
-            return [("", None)]
-
-        choice = pick_fault(rng, target, weights, locate, slowdown_of, modes)
+        choice = pick_fault(rng, target, weights, locate, slowdown_of, fault_modes(rng))
         attach_fault(job, pp, fleet, choice, target, duration, 600.0, fault_state=fault_state)
     return render(job)
