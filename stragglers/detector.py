@@ -41,7 +41,7 @@ class Settings:
     sample_s: float = 5.0
     fast_s: float = 20.0  # time constant of the current estimate
     window_s: float = 600.0  # every normal is the median over this much healthy past
-    refresh_s: float = 30.0  # ... taken again this often
+    block_s: float = 30.0  # ... of means over blocks this long, so it is the mean's normal, not a sample's
     max_freeze_s: float = 2400.0  # normals stand still for an active straggler this long at most
     warmup_s: float = 600.0  # learning only after a job starts: a full window, as GPUs settle thermally
     persist_s: float = 30.0  # a candidate must hold this long to be declared, and be gone this long to end
@@ -51,6 +51,10 @@ class Settings:
     min_wait_rise: float = 4.0  # a port's transmit waits this many times its normal
     min_link_drop: float = 0.1  # or its link running this much below its normal rate (trained down)
     gate_activity: float = 5.0  # job median tensor activity (%) below this: a pause, skipped
+    pause_fraction: float = 0.3  # ... or below this fraction of its normal (a job 3.3x slower)
+    pause_s: float = 5.0  # ... averaged over this long at the least
+    min_traffic_bps: float = 1e6  # the job sends at least this much per port: traffic is a second route
+    traffic_slack: float = 0.15  # ... whose slowdown must not contradict the activity's by more than this
 
 
 @dataclass
@@ -59,6 +63,7 @@ class Straggler:
 
     node: int  # position of the node in the job
     gpu: int | None  # local GPU index on that node; None for a node or NIC
+    port: int | None  # position of the port in the job's ports (slow_nic); None otherwise
     cause: str  # thermal | power_cap | slow_nic | slow_host | unknown
     started_s: float
     slowdown: float  # estimated job slowdown: the median of the (latest) estimates while active
@@ -71,36 +76,46 @@ class Straggler:
 
 @dataclass
 class _Candidate:
-    key: tuple[int, int | None, str]  # (node, gpu, cause)
+    key: tuple[int, int | None, int | None, str]  # (node, gpu, port, cause)
     since_s: float
     evidence: dict[str, float]
 
 
 class JobDetector:
     def __init__(self, nodes: int, gpus_per_node: int, settings: Settings | None = None) -> None:
-        self.__init_ranks(np.arange(nodes * gpus_per_node) // gpus_per_node, settings)
+        self.__init_ranks(np.arange(nodes * gpus_per_node) // gpus_per_node, None, settings)
 
     @classmethod
-    def for_ranks(cls, node_of: np.ndarray, settings: Settings | None = None) -> JobDetector:
-        """A job whose ranks sit on nodes 0..n-1 as `node_of` says (any number of GPUs per node)."""
+    def for_ranks(
+        cls, node_of: np.ndarray, settings: Settings | None = None, port_node: np.ndarray | None = None
+    ) -> JobDetector:
+        """A job whose ranks sit on nodes 0..n-1 as `node_of` says (any number of GPUs per node), with
+        InfiniBand ports on nodes as `port_node` says (default: one per node, in node order)."""
         detector = cls.__new__(cls)
-        detector.__init_ranks(np.asarray(node_of), settings)
+        detector.__init_ranks(np.asarray(node_of), port_node, settings)
         return detector
 
-    def __init_ranks(self, node_of: np.ndarray, settings: Settings | None) -> None:
+    def __init_ranks(self, node_of: np.ndarray, port_node: np.ndarray | None, settings: Settings | None) -> None:
         self.settings = s = settings or Settings()
         self.node_of = node_of
         self.nodes = int(node_of.max()) + 1 if node_of.size else 0
+        self.port_node = np.arange(self.nodes) if port_node is None else np.asarray(port_node)
         self._first_rank = np.array([int(np.argmax(node_of == n)) for n in range(self.nodes)])
         fast = 1 - math.exp(-s.sample_s / s.fast_s)
-        window = max(3, round(s.window_s / s.sample_s))
-        refresh = max(1, round(s.refresh_s / s.sample_s))
+        block = max(1, round(s.block_s / s.sample_s))
+        blocks = max(3, round(s.window_s / (block * s.sample_s)))
         self._started: float | None = None
-        self._share = _Signal(fast, window, refresh)  # rank's tensor activity / job median
-        self._util = _Signal(fast, window, refresh)  # node's median GPU utilisation / the other nodes'
-        self._level = _Signal(fast, window, refresh)  # job median tensor activity
-        self._wait = _Signal(fast, window, refresh)  # node's transmit waits per second (log)
-        self._link = _Signal(fast, window, refresh)  # node's slowest link rate
+        self._share = _Signal(fast, blocks, block)  # rank's tensor activity / job median
+        self._util = _Signal(fast, blocks, block)  # node's median GPU utilisation / the other nodes'
+        self._level = _Signal(fast, blocks, block)  # job median tensor activity
+        self._traffic = _Signal(fast, blocks, block)  # job median bytes per second sent, over ports
+        self._wait = _Signal(fast, blocks, block)  # port's transmit waits per second
+        self._link = _Signal(fast, blocks, block)  # port's link rate
+        # When each rank last had a clock held down for a named reason: a capped GPU shows its bit only
+        # while it computes, so a sample that falls in a collective would otherwise lose the cause.
+        self._thermal_at = np.full(node_of.size, -math.inf)
+        self._power_cap_at = np.full(node_of.size, -math.inf)
+        self._recent: deque[float] = deque(maxlen=max(1, round(s.pause_s / s.sample_s)))  # job activity
         self._candidate: _Candidate | None = None
         self._quiet_since: float | None = None
         self.active: Straggler | None = None
@@ -115,12 +130,15 @@ class JobDetector:
         reasons: np.ndarray,
         xmit_wait_rate: np.ndarray,
         link_gbps: np.ndarray,
+        xmit_bytes_rate: np.ndarray | None = None,
     ) -> None:
-        """One sample: per-GPU arrays (ranks,) with NaN for a missing sample, per-node arrays (nodes,)."""
+        """One sample: per-GPU arrays (ranks,), per-port arrays (ports,), NaN for a missing sample."""
         s = self.settings
-        level = float(np.nanmedian(tensor)) if np.isfinite(tensor).any() else math.nan
-        if not level >= s.gate_activity:
-            return  # a pause every rank takes together: neither evidence nor baseline
+        level = _median(tensor)
+        self._recent.append(level)
+        if self._paused():
+            return  # neither evidence nor normal
+        self._level.observe(np.array([level]))
         if self._started is None:
             self._started = t
         # Each node's utilisation against the other nodes' (not the job's, which a stalled node drags
@@ -129,66 +147,124 @@ class JobDetector:
         others = np.array([_median(np.delete(per_node, n)) for n in range(self.nodes)]) if self.nodes > 1 else per_node
         with np.errstate(all="ignore"):
             node_util = per_node / others
+        # Means, not medians, across ports and against the smoothed level: these are averaged over time
+        # too, and a median of bursty samples is not the median of their averages.
+        sent = (
+            math.nan
+            if xmit_bytes_rate is None or not np.isfinite(xmit_bytes_rate).any()
+            else np.nanmean(xmit_bytes_rate)
+        )
+        signals = (
+            (self._share, tensor / self._level.now[0]),
+            (self._util, node_util),
+            (self._traffic, np.array([sent])),
+            (self._wait, xmit_wait_rate),
+            (self._link, link_gbps),
+        )
+        for signal, values in signals:
+            signal.observe(values)
         # Normals stand still while a straggler is active, so a long one does not become normal; but
         # not for ever, or a wrong declaration (a job that settled slower after its start, say) would
         # keep itself alive by keeping the normal it is judged against.
-        frozen = self.active is not None and t - self.active.started_s < s.max_freeze_s
-        self._share.add(tensor / level, learn=not frozen)
-        self._util.add(node_util, learn=not frozen)
-        self._level.add(np.array([level]), learn=not frozen)
-        self._wait.add(np.log10(np.maximum(xmit_wait_rate, 1.0)), learn=not frozen)
-        self._link.add(link_gbps, learn=not frozen)
+        if self.active is None or t - self.active.started_s >= s.max_freeze_s:
+            self._level.learn(np.array([level]))
+            for signal, values in signals:
+                signal.learn(values)
         if t - self._started < s.warmup_s:
             return
-        self._judge(t, self._find(clock, reasons, link_gbps))
+        bits = np.nan_to_num(reasons).astype(np.int64)
+        self._thermal_at[(bits & (HW_THERMAL_SLOWDOWN | SW_THERMAL_SLOWDOWN)) != 0] = t
+        self._power_cap_at[(bits & SW_POWER_CAP) != 0] = t
+        self._judge(t, self._find(t, clock, link_gbps))
 
-    def _find(self, clock: np.ndarray, reasons: np.ndarray, link_gbps: np.ndarray) -> _Candidate | None:
+    def _paused(self) -> bool:
+        """A phase every rank goes through together (a checkpoint, evaluation, start-up, a loader stall):
+        the job's activity over the last pause_s (several samples where samples are shorter than a step,
+        one of which can fall wholly inside a collective) collapses, or falls below a fraction of its
+        normal that no straggler this side of a broken GPU causes."""
+        s = self.settings
+        recent = np.array(self._recent)
+        activity = float(np.mean(recent[np.isfinite(recent)])) if np.isfinite(recent).any() else math.nan
+        normal = float(self._level.base[0]) if self._level.base.size else math.nan
+        floor = max(s.gate_activity, s.pause_fraction * normal) if math.isfinite(normal) else s.gate_activity
+        return not activity >= floor
+
+    def _find(self, t: float, clock: np.ndarray, link_gbps: np.ndarray) -> _Candidate | None:
         """The most likely culprit now, if the job is slower than its normal."""
         s = self.settings
         slowdown = float(self._level.base[0] / self._level.now[0] - 1)
         if not slowdown >= s.min_job_slowdown:
             return None
         evidence = {"job_slowdown": slowdown}
+        if self._traffic.base[0] >= s.min_traffic_bps:
+            # The second route to the same slowdown: a training step sends the same bytes however long
+            # it takes, so a job k times slower sends k times fewer bytes per second. Activity that
+            # falls while traffic rises (an asynchronous checkpoint's writes) or traffic that stops
+            # (evaluation, a checkpoint, a stall every rank takes) is a phase of the job, not a straggler.
+            traffic = float(self._traffic.base[0] / self._traffic.now[0] - 1)
+            evidence["traffic_slowdown"] = traffic
+            if not _agree(slowdown, traffic, s.traffic_slack):
+                return None
         share_rise = self._share.now / self._share.base - 1
-        rank = int(np.nanargmax(share_rise)) if np.isfinite(share_rise).any() else -1
+        rank = _argmax(share_rise)
         gpu_found = rank >= 0 and share_rise[rank] >= s.min_share_rise and _stands_out(share_rise, rank)
-        cause = _clock_cause(int(np.nan_to_num(reasons[rank]))) if gpu_found else "unknown"
+        cause = self._clock_cause(t, rank) if gpu_found else "unknown"
         if gpu_found and cause != "unknown":
             return self._gpu_candidate(rank, cause, share_rise, clock, evidence)
-        # A link trained to a lower rate names its own node; transmit waits can show on the port that
+        # A link trained to a lower rate names its own port; transmit waits can show on the port that
         # sends into the slow one (credit back-pressure), so they come second.
         link_drop = 1 - self._link.now / self._link.base
-        node = int(np.nanargmax(link_drop)) if np.isfinite(link_drop).any() else -1
-        if node >= 0 and link_drop[node] >= s.min_link_drop and _stands_out(link_drop, node):
-            evidence |= {"link_drop": float(link_drop[node]), "link_gbps": float(link_gbps[node])}
-            return _Candidate((node, None, "slow_nic"), 0.0, evidence)
-        wait_rise = 10 ** (self._wait.now - self._wait.base)
-        port = int(np.nanargmax(wait_rise)) if np.isfinite(wait_rise).any() else -1
-        if port >= 0 and wait_rise[port] >= s.min_wait_rise and _stands_out(wait_rise, port):
+        port = _argmax(link_drop)
+        if port >= 0 and link_drop[port] >= s.min_link_drop and _stands_out(link_drop, port):
+            evidence |= {"link_drop": float(link_drop[port]), "link_gbps": float(link_gbps[port])}
+            return self._nic_candidate(port, evidence)
+        # Waits name a port only when its peers are quiet: a slow port starves the others of data, not
+        # of credits, while waits on every port (checkpoint writes to a busy filesystem, a congested
+        # fabric) are a cause the whole job shares.
+        wait_rise = self._wait.now / np.maximum(self._wait.base, 1.0)
+        port = _argmax(wait_rise)
+        peers_quiet = port >= 0 and not _median(np.delete(wait_rise, port)) >= s.min_wait_rise / 2
+        if port >= 0 and wait_rise[port] >= s.min_wait_rise and _stands_out(wait_rise, port) and peers_quiet:
             evidence |= {"xmit_wait_ratio": float(wait_rise[port]), "link_gbps": float(link_gbps[port])}
-            return _Candidate((port, None, "slow_nic"), 0.0, evidence)
+            return self._nic_candidate(port, evidence)
         util_drop = self._util.base - self._util.now
-        node = int(np.nanargmax(util_drop)) if np.isfinite(util_drop).any() else -1
+        node = _argmax(util_drop)
         if node >= 0 and util_drop[node] >= s.min_util_drop and _stands_out(util_drop, node):
             evidence |= {"util_drop": float(util_drop[node])}
-            return _Candidate((node, None, "slow_host"), 0.0, evidence)
+            return _Candidate((node, None, None, "slow_host"), 0.0, evidence)
         if gpu_found:
             return self._gpu_candidate(rank, cause, share_rise, clock, evidence)
         return None
 
+    def _clock_cause(self, t: float, rank: int) -> str:
+        recent = t - self.settings.fast_s
+        if self._thermal_at[rank] >= recent:
+            return "thermal"
+        if self._power_cap_at[rank] >= recent:
+            return "power_cap"
+        return "unknown"
+
+    def _nic_candidate(self, port: int, evidence: dict[str, float]) -> _Candidate:
+        return _Candidate((int(self.port_node[port]), None, port, "slow_nic"), 0.0, evidence)
+
     def _gpu_candidate(
         self, rank: int, cause: str, share_rise: np.ndarray, clock: np.ndarray, evidence: dict[str, float]
     ) -> _Candidate:
-        peers_clock = float(np.nanmedian(np.delete(clock, rank)))
-        evidence |= {"share_rise": float(share_rise[rank]), "clock_ratio": float(clock[rank] / peers_clock)}
+        evidence |= {"share_rise": float(share_rise[rank])}
+        clock_ratio = clock[rank] / _median(np.delete(clock, rank))
+        if math.isfinite(clock_ratio):  # the culprit's sample can be missing while it is judged on its average
+            evidence["clock_ratio"] = float(clock_ratio)
         node = int(self.node_of[rank])
-        return _Candidate((node, rank - int(self._first_rank[node]), cause), 0.0, evidence)
+        return _Candidate((node, rank - int(self._first_rank[node]), None, cause), 0.0, evidence)
 
     def _judge(self, t: float, found: _Candidate | None) -> None:
-        """Persistence: declare a candidate that held persist_s; end a straggler gone for persist_s."""
+        """Persistence: declare a candidate that held persist_s; end a straggler gone for persist_s. Three
+        samples at the least, wherever samples are sparse: a stall every rank takes for a few seconds
+        can straddle two of them."""
         s = self.settings
+        persist_s = max(s.persist_s, 2 * s.sample_s)
         if self.active is not None:
-            same = found is not None and found.key[:2] == (self.active.node, self.active.gpu)
+            same = found is not None and found.key[:3] == (self.active.node, self.active.gpu, self.active.port)
             if same:
                 assert found is not None
                 self._quiet_since = None
@@ -196,16 +272,16 @@ class JobDetector:
                 self.active.slowdown = float(np.median(self.active.estimates))
             elif self._quiet_since is None:
                 self._quiet_since = t
-            elif t - self._quiet_since >= s.persist_s:
+            elif t - self._quiet_since >= persist_s:
                 self.active.ended_s = self._quiet_since
                 self.active, self._quiet_since = None, None
             return
         if found is None or self._candidate is None or self._candidate.key != found.key:
             self._candidate = None if found is None else _Candidate(found.key, t, found.evidence)
             return
-        if t - self._candidate.since_s >= s.persist_s:
-            node, gpu, cause = found.key
-            self.active = Straggler(node, gpu, cause, self._candidate.since_s, found.evidence["job_slowdown"], t)
+        if t - self._candidate.since_s >= persist_s:
+            node, gpu, port, cause = found.key
+            self.active = Straggler(node, gpu, port, cause, self._candidate.since_s, found.evidence["job_slowdown"], t)
             self.active.evidence = found.evidence
             self.active.estimates.append(found.evidence["job_slowdown"])
             self.declared.append(self.active)
@@ -213,45 +289,64 @@ class JobDetector:
 
 
 class _Signal:
-    """Per element: `now`, a fast exponentially weighted mean, and `base`, the median of the last
-    `window` values learnt (a ring; NaN for missing). Missing values leave `now` as it is. The median
-    is taken again every `refresh` values learnt: a normal over ten minutes moves too slowly for the
-    difference to matter, and the median is most of the detector's cost."""
+    """Per element: `now`, a fast exponentially weighted mean of the values observed, and `base`, the
+    median over the last `blocks` means of `block` values learnt each (NaN for missing). Missing values
+    leave `now` as it is.
 
-    def __init__(self, fast: float, window: int, refresh: int = 1) -> None:
-        self.fast, self.window, self.refresh = fast, window, refresh
-        self._learnt = 0
+    The normal is a median of block means, not of single values, because `now` is a mean: where one
+    sample covers part of a step (1 s samples of a 3.5 s step, say), single values are skewed or
+    bimodal and their median sits far from their mean, which would read as a slowdown that is not
+    there. Taking the median once a block also keeps the cost down: it is most of the detector's."""
+
+    def __init__(self, fast: float, blocks: int, block: int) -> None:
+        self.fast, self.blocks, self.block = fast, blocks, block
         self.now = np.empty(0)
-        self._ring = np.empty((0, window))
-        self._next = 0
         self.base = np.empty(0)
+        self._ring = np.empty((0, blocks))
+        self._next = 0
+        self._sum = np.empty(0)
+        self._count = np.empty(0)
+        self._in_block = 0
 
-    def add(self, values: np.ndarray, learn: bool) -> None:
+    def observe(self, values: np.ndarray) -> None:
         values = values.astype(float)
         if self.now.size == 0:
-            self.now = values.copy()
-            self._ring = np.full((values.size, self.window), np.nan)
+            self.now = np.full(values.size, np.nan)
+            self.base = np.full(values.size, np.nan)
+            self._ring = np.full((values.size, self.blocks), np.nan)
+            self._sum, self._count = np.zeros(values.size), np.zeros(values.size)
         seen = np.isfinite(values)
         fill_now = ~np.isfinite(self.now) & seen
         self.now[fill_now] = values[fill_now]
         self.now[seen] += self.fast * (values[seen] - self.now[seen])
-        if learn:
-            self._ring[:, self._next] = values
-            self._next = (self._next + 1) % self.window
-            self._learnt += 1
-            if self.base.size and self._learnt % self.refresh:
-                return
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # an element never seen: NaN, as it should
-                self.base = np.nanmedian(self._ring, axis=1)
+
+    def learn(self, values: np.ndarray) -> None:
+        """Add values already observed to the normal."""
+        seen = np.isfinite(values)
+        self._sum[seen] += values[seen]
+        self._count[seen] += 1
+        self._in_block += 1
+        if self._in_block < self.block:
+            return
+        with np.errstate(all="ignore"):
+            self._ring[:, self._next] = np.where(self._count > 0, self._sum / self._count, np.nan)
+        self._next = (self._next + 1) % self.blocks
+        self._sum[:], self._count[:], self._in_block = 0.0, 0.0, 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an element never seen: NaN, as it should
+            self.base = np.nanmedian(self._ring, axis=1)
 
 
-def _clock_cause(bits: int) -> str:
-    if bits & (HW_THERMAL_SLOWDOWN | SW_THERMAL_SLOWDOWN):
-        return "thermal"
-    if bits & SW_POWER_CAP:
-        return "power_cap"
-    return "unknown"
+def _agree(slowdown: float, traffic: float, slack: float) -> bool:
+    """Whether the traffic route does not contradict the activity route. Traffic sampled faster than
+    steps is bursty (a few all-reduces per average), so this is a veto on gross disagreement only:
+    traffic up while activity is down, or traffic stopped while activity merely fell."""
+    ratio = (1 + traffic) / (1 + slowdown)
+    return 1 - max(slack, 0.75 * slowdown) <= ratio <= 1 + max(2 * slack, slowdown)
+
+
+def _argmax(values: np.ndarray) -> int:
+    return int(np.nanargmax(values)) if np.isfinite(values).any() else -1
 
 
 def _median(values: np.ndarray) -> float:

@@ -1,8 +1,11 @@
 """Runs the straggler detector over every running job, from the database, and stores what it declares.
 
-Each cycle reads the samples that settled since the last one (5 s buckets) for the GPUs of the open
+Each cycle reads the samples that are complete since the last one (5 s buckets) for the GPUs of the open
 job allocations and the InfiniBand ports of their nodes, feeds each job's detector in time order, and
-writes new stragglers, their growing slowdown estimates and their ends to the `straggler` table. A job
+writes new stragglers, their growing slowdown estimates and their ends to the `straggler` table. A
+bucket is complete for a job once every GPU of it that still reports has a later sample: exporters push
+in order, so the watch follows whatever push interval a site chose (10 s or 60 s) without a fixed
+settling time that would either miss late samples or add to every straggler's latency. A job
 new to this collector (or the collector itself, after a restart or a failover) is replayed from
 REPLAY of history first, so its baselines are learnt before it is judged. Only one collector runs it at
 a time: it is a leader task (stragglers/part.py), run by whoever holds its PostgreSQL advisory lock.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,7 +29,7 @@ from gpuscope.stragglers.detector import JobDetector, Settings, Straggler
 log = logging.getLogger(__name__)
 
 SAMPLE = timedelta(seconds=5)
-SETTLE = timedelta(seconds=15)  # buckets younger than this may still receive samples
+SILENT = timedelta(minutes=2)  # a GPU with no sample this long is not waited for (lost, or its node down)
 REPLAY = timedelta(minutes=25)
 LOCK_KEY = 0x67707374726167  # "gpstrag": the one active detector across collector replicas
 
@@ -34,6 +38,7 @@ LOCK_KEY = 0x67707374726167  # "gpstrag": the one active detector across collect
 class _Job:
     gpu_ids: list[int]  # ranks, ordered by node then GPU index
     node_ids: list[int]  # the job's nodes, in rank order
+    port_ids: list[int]  # the InfiniBand ports of those nodes, in node order
     detector: JobDetector
     cursor: datetime  # the next bucket to feed
     stored: dict[int, int] = field(default_factory=dict)  # id(Straggler) -> straggler_id, while it is active
@@ -45,17 +50,19 @@ class StragglerWatch:
         self.jobs: dict[str, _Job] = {}
 
     async def cycle(self, conn: AsyncConnection[Any], now: datetime | None = None) -> int:
-        """Feed every running job's settled buckets to its detector; returns how many stragglers are active."""
-        end = _bucket((now or datetime.now(UTC)) - SETTLE)
-        await self._follow_jobs(conn, end)
+        """Feed every running job's complete buckets to its detector; returns how many stragglers are active."""
+        now = now or datetime.now(UTC)
+        await self._follow_jobs(conn, _bucket(now))
         if not self.jobs:
             return 0
+        complete = await self._complete(conn, now)
         start = min(job.cursor for job in self.jobs.values())
+        end = max(complete.values())
         if start >= end:
             return 0
         gpu_rows, nic_rows = await self._samples(conn, start, end)
         for job_id, job in self.jobs.items():
-            self._feed(job, gpu_rows, nic_rows, end)
+            self._feed(job, gpu_rows, nic_rows, complete[job_id])
             await self._store(conn, job_id, job)
         return sum(job.detector.active is not None for job in self.jobs.values())
 
@@ -67,23 +74,49 @@ class StragglerWatch:
             " WHERE a.ended_at IS NULL GROUP BY a.job_id"
         )
         running = {job_id: (gpus, nodes, started) for job_id, gpus, nodes, started in await cur.fetchall()}
+        cur = await conn.execute(
+            "SELECT node_id, array_agg(port_id ORDER BY device, port) FROM ib_port WHERE node_id = ANY(%s)"
+            " GROUP BY node_id",
+            (sorted({node for _, nodes, _ in running.values() for node in nodes}),),
+        )
+        ports_of: dict[int, list[int]] = dict(await cur.fetchall())
         for job_id in set(self.jobs) - set(running):
             await self._finish(conn, job_id, end)
         for job_id, (gpus, nodes, started) in running.items():
+            node_ids = list(dict.fromkeys(nodes))
+            port_ids = [port for node in node_ids for port in ports_of.get(node, [])]
             known = self.jobs.get(job_id)
-            if known is not None and known.gpu_ids == gpus:
+            if known is not None and (known.gpu_ids, known.port_ids) == (gpus, port_ids):
                 continue
-            if known is not None:  # the job grew or shrank: its baselines no longer apply
+            if known is not None:  # the job grew or shrank, or a port appeared: its baselines no longer apply
                 await self._finish(conn, job_id, end)
-            positions = {node: n for n, node in enumerate(dict.fromkeys(nodes))}
-            detector = JobDetector.for_ranks(np.array([positions[node] for node in nodes]), self.settings)
+            position = {node: n for n, node in enumerate(node_ids)}
+            detector = JobDetector.for_ranks(
+                np.array([position[node] for node in nodes]),
+                self.settings,
+                port_node=np.array([position[node] for node in node_ids for _ in ports_of.get(node, [])], dtype=int),
+            )
             cursor = _bucket(max(started, end - REPLAY))
-            self.jobs[job_id] = _Job(gpus, list(positions), detector, cursor)
+            self.jobs[job_id] = _Job(gpus, node_ids, port_ids, detector, cursor)
+
+    async def _complete(self, conn: AsyncConnection[Any], now: datetime) -> dict[str, datetime]:
+        """Per job, the end of its complete buckets: the bucket of the oldest latest sample among its
+        GPUs that reported in the last SILENT (a job none of whose GPUs report moves on regardless)."""
+        cur = await conn.execute(
+            "SELECT gpu_id, max(ts) FROM gpu_sample WHERE ts >= %s AND ts <= %s AND gpu_id = ANY(%s) GROUP BY gpu_id",
+            (now - SILENT, now, sorted({g for job in self.jobs.values() for g in job.gpu_ids})),
+        )
+        latest: dict[int, datetime] = dict(await cur.fetchall())
+        complete = {}
+        for job_id, job in self.jobs.items():
+            reported = [latest[g] for g in job.gpu_ids if g in latest]
+            complete[job_id] = max(job.cursor, _bucket(min(reported) if reported else now - SILENT))
+        return complete
 
     async def _samples(self, conn: AsyncConnection[Any], start: datetime, end: datetime) -> tuple[list, list]:
         gpu_ids = sorted({g for job in self.jobs.values() for g in job.gpu_ids})
-        node_ids = sorted({n for job in self.jobs.values() for n in job.node_ids})
-        params = {"bucket": SAMPLE, "origin": EPOCH, "start": start, "end": end, "gpus": gpu_ids, "nodes": node_ids}
+        port_ids = sorted({p for job in self.jobs.values() for p in job.port_ids})
+        params = {"bucket": SAMPLE, "origin": EPOCH, "start": start, "end": end, "gpus": gpu_ids, "ports": port_ids}
         cur = await conn.execute(
             # Tensor activity needs profiling counters (GPM on Hopper and later); SM activity stands in.
             "SELECT gpu_id, date_bin(%(bucket)s, ts, %(origin)s), avg(tensor_active_pct)::float8,"
@@ -93,17 +126,18 @@ class StragglerWatch:
             params,
         )
         gpu_rows = await cur.fetchall()
-        # Transmit waits per second from consecutive counter readings of each port, summed per node.
+        # Per port, transmit waits and bytes per second from consecutive counter readings (a reading
+        # lower than the one before is a counter reset: no rate for that interval), and the link rate.
         cur = await conn.execute(
-            "SELECT node_id, b, sum(rate)::float8, min(link)::float8 FROM ("
-            " SELECT p.node_id, date_bin(%(bucket)s, s.ts, %(origin)s) AS b, s.port_id,"
-            "  sum(s.d) / nullif(sum(s.dt), 0) AS rate, min(s.rate_gbps) AS link FROM ("
-            "   SELECT port_id, ts, rate_gbps, xmit_wait - lag(xmit_wait) OVER w AS d,"
-            "    extract(epoch FROM ts - lag(ts) OVER w) AS dt FROM ib_port_sample"
-            "   WHERE ts >= %(start)s - interval '1 minute' AND ts < %(end)s"
-            "   AND port_id IN (SELECT port_id FROM ib_port WHERE node_id = ANY(%(nodes)s))"
-            "   WINDOW w AS (PARTITION BY port_id ORDER BY ts)) AS s JOIN ib_port p USING (port_id)"
-            "  WHERE s.ts >= %(start)s AND s.d >= 0 GROUP BY 1, 2, 3) AS ports GROUP BY 1, 2",
+            "SELECT port_id, date_bin(%(bucket)s, ts, %(origin)s),"
+            " (sum(CASE WHEN d_wait >= 0 THEN d_wait END) / nullif(sum(CASE WHEN d_wait >= 0 THEN dt END), 0))::float8,"
+            " (sum(CASE WHEN d_sent >= 0 THEN d_sent END) / nullif(sum(CASE WHEN d_sent >= 0 THEN dt END), 0))::float8,"
+            " min(rate_gbps)::float8 FROM ("
+            "  SELECT port_id, ts, rate_gbps, xmit_wait - lag(xmit_wait) OVER w AS d_wait,"
+            "   xmit_bytes - lag(xmit_bytes) OVER w AS d_sent, extract(epoch FROM ts - lag(ts) OVER w) AS dt"
+            "  FROM ib_port_sample WHERE ts >= %(start)s - interval '1 minute' AND ts < %(end)s"
+            "  AND port_id = ANY(%(ports)s) WINDOW w AS (PARTITION BY port_id ORDER BY ts)) AS s"
+            " WHERE ts >= %(start)s GROUP BY 1, 2",
             params,
         )
         return gpu_rows, await cur.fetchall()
@@ -114,22 +148,23 @@ class StragglerWatch:
             return
         first = job.cursor.timestamp()
         rank_of = {gpu_id: r for r, gpu_id in enumerate(job.gpu_ids)}
-        node_pos = {node_id: n for n, node_id in enumerate(job.node_ids)}
+        port_of = {port_id: p for p, port_id in enumerate(job.port_ids)}
         gpu = np.full((5, len(job.gpu_ids), steps), np.nan)  # tensor, util, clock, reasons, SM activity
         for gpu_id, bucket, *values in gpu_rows:
             rank, step = rank_of.get(gpu_id), round((bucket.timestamp() - first) / SAMPLE.total_seconds())
             if rank is not None and 0 <= step < steps:
                 gpu[:, rank, step] = [np.nan if v is None else v for v in values]
-        nic = np.full((2, len(job.node_ids), steps), np.nan)  # wait rate, link rate
-        for node_id, bucket, *values in nic_rows:
-            node, step = node_pos.get(node_id), round((bucket.timestamp() - first) / SAMPLE.total_seconds())
-            if node is not None and 0 <= step < steps:
-                nic[:, node, step] = [np.nan if v is None else v for v in values]
+        nic = np.full((3, len(job.port_ids), steps), np.nan)  # wait rate, bytes rate, link rate
+        for port_id, bucket, *values in nic_rows:
+            port, step = port_of.get(port_id), round((bucket.timestamp() - first) / SAMPLE.total_seconds())
+            if port is not None and 0 <= step < steps:
+                nic[:, port, step] = [np.nan if v is None else v for v in values]
         activity = gpu[0] if np.isfinite(gpu[0]).any() or not np.isfinite(gpu[4]).any() else gpu[4]
         for step in range(steps):
             t = first + step * SAMPLE.total_seconds()
+            wait, sent, link = nic[:, :, step]
             job.detector.update(
-                t, activity[:, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], *nic[:, :, step]
+                t, activity[:, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], wait, link, sent
             )
         job.cursor = end
 
@@ -139,8 +174,9 @@ class StragglerWatch:
             if key not in job.stored:
                 job.stored[key] = await self._insert(conn, job_id, job, straggler)
                 log.warning(
-                    "straggler in job %s: node %s gpu %s, %s, job %.0f%% slower",
-                    job_id, job.node_ids[straggler.node], straggler.gpu, straggler.cause, 100 * straggler.slowdown,
+                    "straggler in job %s: node %s gpu %s port %s, %s, job %.0f%% slower",
+                    job_id, job.node_ids[straggler.node], straggler.gpu, _port_id(job, straggler), straggler.cause,
+                    100 * straggler.slowdown,
                 )  # fmt: skip
             else:
                 await conn.execute(
@@ -164,9 +200,9 @@ class StragglerWatch:
         # what its predecessor stored: adopt that row rather than store the straggler twice.
         cur = await conn.execute(
             "SELECT straggler_id FROM straggler WHERE job_id = %s AND node_id = %s AND gpu_id IS NOT DISTINCT FROM %s"
-            " AND cause = %s AND (ended_at IS NULL OR ended_at >= %s - interval '1 minute')"
-            " ORDER BY started_at DESC LIMIT 1",
-            (job_id, node_id, gpu_id, straggler.cause, _at(straggler.started_s)),
+            " AND port_id IS NOT DISTINCT FROM %s AND cause = %s"
+            " AND (ended_at IS NULL OR ended_at >= %s - interval '1 minute') ORDER BY started_at DESC LIMIT 1",
+            (job_id, node_id, gpu_id, _port_id(job, straggler), straggler.cause, _at(straggler.started_s)),
         )
         if found := await cur.fetchone():
             await conn.execute(
@@ -175,15 +211,16 @@ class StragglerWatch:
             )
             return int(found[0])
         cur = await conn.execute(
-            "INSERT INTO straggler (job_id, node_id, gpu_id, cause, slowdown, evidence, started_at, declared_at,"
-            " ended_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING straggler_id",
+            "INSERT INTO straggler (job_id, node_id, gpu_id, port_id, cause, slowdown, evidence, started_at,"
+            " declared_at, ended_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING straggler_id",
             (
                 job_id,
                 node_id,
                 gpu_id,
+                _port_id(job, straggler),
                 straggler.cause,
                 straggler.slowdown,
-                json.dumps(straggler.evidence),
+                json.dumps({k: v for k, v in straggler.evidence.items() if math.isfinite(v)}),  # JSON has no NaN
                 _at(straggler.started_s),
                 _at(straggler.declared_s),
                 _at(straggler.ended_s),
@@ -201,6 +238,10 @@ class StragglerWatch:
             await conn.execute(
                 "UPDATE straggler SET ended_at = %s WHERE straggler_id = %s", (end, job.stored[id(active)])
             )
+
+
+def _port_id(job: _Job, straggler: Straggler) -> int | None:
+    return None if straggler.port is None else job.port_ids[straggler.port]
 
 
 def _bucket(at: datetime) -> datetime:

@@ -58,6 +58,8 @@ class StragglerOut(BaseModel):
     node: str
     gpu: int | None  # null: the node or its NIC
     uuid: str | None
+    nic: str | None  # a slow NIC: its device (e.g. mlx5_3) and port, on nodes with several; else null
+    port: int | None
     cause: str  # thermal | power_cap | slow_nic | slow_host | unknown
     slowdown: float  # estimated job slowdown, e.g. 0.2 = steps 20% longer
     evidence: dict[str, float]

@@ -89,6 +89,7 @@ def _stragglers(found: list[Any]) -> Any:
         [
             s.node,
             "-" if s.gpu is None else s.gpu,
+            "-" if s.nic is None else f"{s.nic}/{s.port}",
             s.cause,
             f"{s.slowdown:.0%}",
             f"{s.started_at:%H:%M:%S}",
@@ -97,4 +98,5 @@ def _stragglers(found: list[Any]) -> Any:
         ]
         for s in found
     ]
-    return table(["node", "GPU", "cause", "est. slowdown", "started", "ended", "evidence"], rows, id="straggler-table")
+    header = ["node", "GPU", "NIC port", "cause", "est. slowdown", "started", "ended", "evidence"]
+    return table(header, rows, id="straggler-table")

@@ -61,10 +61,9 @@ def register(app: Dash, ctx: Context) -> None:
             flag: Any = "-"
             if found := loaded.stragglers.get(job.job_id):
                 worst = max(found, key=lambda s: s.slowdown)
-                culprit = worst.node + ("" if worst.gpu is None else f" GPU {worst.gpu}")
                 active = " (now)" if worst.ended_at is None else ""
                 flag = html.Span(
-                    f"⚠ straggler{active}: {culprit}, {worst.cause}, ~{worst.slowdown:.0%}",
+                    f"⚠ straggler{active}: {worst.culprit}, {worst.cause}, ~{worst.slowdown:.0%}",
                     className="straggler-flag",
                     style={"color": "#d32f2f"},
                 )

@@ -99,14 +99,13 @@ def attention_list(attention: data.Attention) -> Any:
             )
         )
     for straggler in attention.stragglers[:10]:
-        culprit = straggler.node + ("" if straggler.gpu is None else f" GPU {straggler.gpu}")
         items.append(
             html.Li(
                 [
                     badge("warning"),
                     " straggler in ",
                     dcc.Link(f"job {straggler.job_id}", href=f"/jobs/{straggler.job_id}"),
-                    f": {culprit}, {straggler.cause}, about {straggler.slowdown:.0%} slower",
+                    f": {straggler.culprit}, {straggler.cause}, about {straggler.slowdown:.0%} slower",
                 ]
             )
         )

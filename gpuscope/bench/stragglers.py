@@ -28,7 +28,7 @@ import numpy as np
 
 from gpuscope.bench import stragglers_families
 from gpuscope.exporter.sim.training import FAULT_KINDS, Fault, Telemetry, TrainingJob, simulate
-from gpuscope.stragglers.detector import JobDetector, Straggler
+from gpuscope.stragglers.detector import JobDetector, Settings, Straggler
 
 SEVERITIES = (0.05, 0.1, 0.2, 0.5)
 TUNING = range(0, 200)
@@ -74,8 +74,8 @@ def scenario(seed: int) -> Scenario:
 def detect(telemetry: Telemetry, job: TrainingJob) -> list[Straggler]:
     detector = JobDetector(job.nodes, job.gpus_per_node)
     step = telemetry.times[1] - telemetry.times[0]
-    wait = np.diff(telemetry.nic["xmit_wait"], axis=1, prepend=np.nan) / step
-    wait[:, 0] = wait[:, 1]
+    wait, sent = (np.diff(telemetry.nic[key], axis=1, prepend=np.nan) / step for key in ("xmit_wait", "xmit_bytes"))
+    wait[:, 0], sent[:, 0] = wait[:, 1], sent[:, 1]
     gpu = telemetry.gpu
     for i, t in enumerate(telemetry.times):
         detector.update(
@@ -86,6 +86,7 @@ def detect(telemetry: Telemetry, job: TrainingJob) -> list[Straggler]:
             gpu["clock_event_reasons"][:, i],
             wait[:, i],
             telemetry.nic["rate_gbps"][:, i],
+            sent[:, i],
         )
     return detector.declared
 
@@ -167,13 +168,14 @@ def cycle_cost(jobs: int = 1000, gpus_per_job: int = 10) -> float:
         (rng.uniform(30, 40, gpus_per_job), rng.uniform(95, 100, gpus_per_job), np.full(gpus_per_job, 1980.0))
         for _ in range(jobs)
     ]
-    zeros, wait, link = np.zeros(gpus_per_job), np.full(2, 1e4), np.full(2, 400.0)
-    for t in range(0, 400, 5):  # past the warm-up, so the judging runs too
+    zeros, wait, link, sent = np.zeros(gpus_per_job), np.full(2, 1e4), np.full(2, 400.0), np.full(2, 2e9)
+    end = Settings().warmup_s + 60  # past the warm-up, so the judging runs too
+    for t in np.arange(0, end, 5):
         for detector, (tensor, util, clock) in zip(detectors, samples, strict=True):
-            detector.update(float(t), tensor, util, clock, zeros, wait, link)
+            detector.update(float(t), tensor, util, clock, zeros, wait, link, sent)
     started = time.perf_counter()
     for detector, (tensor, util, clock) in zip(detectors, samples, strict=True):
-        detector.update(400.0, tensor, util, clock, zeros, wait, link)
+        detector.update(end, tensor, util, clock, zeros, wait, link, sent)
     return time.perf_counter() - started
 
 

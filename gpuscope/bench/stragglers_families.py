@@ -6,18 +6,18 @@ Seeds 0-15 of every family were looked at while the detector's normals and evide
 not, and are reported on their own as the held-out figures.
 
 Each case is fed to the detector as the watch would feed it: per-GPU tensor activity (SM activity where
-a GPU has no tensor counter), utilisation, clock and clock-event reasons; per-node transmit waits per
-second (summed over the node's ports) and the slowest link. Scored as `bench stragglers` scores its own
-suite: a declaration is right when it overlaps a fault (to 2 minutes after) and names its node (and GPU
-for a GPU fault); recall per target slowdown; latency from onset to declaration for >= 20%; the reported
-slowdown against the exact one; false alerts per 1,000 clean job-hours. Faults the family marks as not
-localisable from telemetry (a starved host where waits yield) count towards recall only when found.
+a GPU has no tensor counter), utilisation, clock and clock-event reasons; transmit waits per
+second, bytes sent per second and link rate per port. Scored as `bench stragglers` scores its own
+suite: a declaration is right when it overlaps a fault (to 2 minutes after) and names its node (its
+GPU for a GPU fault, its port for a NIC); recall per target slowdown; latency from onset to declaration
+for >= 20%; the reported slowdown against the exact one; false alerts per 1,000 clean job-hours.
+Faults the family marks as not localisable from telemetry (a starved host where waits yield) count
+towards recall only when found.
 """
 
 from __future__ import annotations
 
 import statistics
-import warnings
 from typing import Any
 
 import numpy as np
@@ -31,19 +31,11 @@ GRACE_S = 120.0
 
 
 def detect(case: Case) -> list[Straggler]:
-    detector = JobDetector(case.nodes, case.gpus_per_node, Settings(sample_s=case.sample_s))
-    data, nodes = case.telemetry, case.nodes
+    node_of = np.arange(case.ranks) // case.gpus_per_node
+    detector = JobDetector.for_ranks(node_of, Settings(sample_s=case.sample_s), port_node=case.port_node)
+    data = case.telemetry
     tensor = data["tensor_active_pct"] if np.isfinite(data["tensor_active_pct"]).any() else data["sm_active_pct"]
-    wait = np.diff(data["xmit_wait"], axis=1, prepend=np.nan) / case.sample_s
-    wait[wait < 0] = np.nan  # a counter reset: no rate for that interval
-    node_wait = np.full((nodes, len(case.times)), np.nan)
-    node_link = np.full((nodes, len(case.times)), np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a node whose every port missed a sample: NaN
-        for node in range(nodes):
-            ports = case.port_node == node
-            node_wait[node] = np.where(np.isfinite(wait[ports]).any(axis=0), np.nansum(wait[ports], axis=0), np.nan)
-            node_link[node] = np.nanmin(data["rate_gbps"][ports], axis=0)
+    wait, sent = (_rate(data[key], case.sample_s) for key in ("xmit_wait", "xmit_bytes"))
     for i, t in enumerate(case.times):
         detector.update(
             float(t),
@@ -51,10 +43,17 @@ def detect(case: Case) -> list[Straggler]:
             data["util_pct"][:, i],
             data["sm_clock_mhz"][:, i],
             data["clock_event_reasons"][:, i],
-            node_wait[:, i],
-            node_link[:, i],
+            wait[:, i],
+            data["rate_gbps"][:, i],
+            sent[:, i],
         )
     return detector.declared
+
+
+def _rate(counter: np.ndarray, sample_s: float) -> np.ndarray:
+    rate = np.diff(counter, axis=1, prepend=np.nan) / sample_s
+    rate[rate < 0] = np.nan  # a counter reset: no rate for that interval
+    return rate
 
 
 def score_family(family: str, seeds: range = HELD_OUT) -> dict[str, Any]:
@@ -108,4 +107,5 @@ def _overlaps(straggler: Straggler, fault: GroundTruth) -> bool:
 
 
 def _names(straggler: Straggler, fault: GroundTruth) -> bool:
-    return (straggler.node, straggler.gpu) == (fault.node, fault.gpu)
+    port_named = fault.port is None or straggler.port == fault.port
+    return (straggler.node, straggler.gpu) == (fault.node, fault.gpu) and port_named

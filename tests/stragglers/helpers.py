@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 
 import psycopg
@@ -20,9 +21,15 @@ JOB = TrainingJob(nodes=2, gpus_per_node=4, seed=8)
 HISTORY_S = 2400.0
 
 
-def push(collector: RunningCollector, telemetry: Telemetry, start: float, job_id: str) -> None:
+def push(
+    collector: RunningCollector,
+    telemetry: Telemetry,
+    start: float,
+    job_id: str,
+    nodes: Iterable[int] = range(JOB.nodes),
+) -> None:
     """The job's telemetry (simulated for JOB's shape), from `start`, as its nodes' exporters push it."""
-    for node in range(JOB.nodes):
+    for node in nodes:
         origin = Origin("c", "r1", f"{job_id}-n{node}", "sim", str(uuid.uuid4()))
         gpus = [GpuIdentity(i, f"GPU-{job_id}-{node}-{i}", "H100", f"00:{i:02x}") for i in range(JOB.gpus_per_node)]
         snapshots = []
@@ -49,3 +56,17 @@ def watch(dsn: str, watcher: StragglerWatch, now: datetime) -> int:
             return await watcher.cycle(conn, now)
 
     return asyncio.run(run())
+
+
+def between(telemetry: Telemetry, start_s: float, end_s: float) -> Telemetry:
+    """The part of `telemetry` from `start_s` to before `end_s` (what a node that pushes late has
+    delivered so far, or what it delivers next)."""
+    kept = (telemetry.times >= start_s) & (telemetry.times < end_s)
+    return Telemetry(
+        telemetry.times[kept],
+        {k: v[:, kept] for k, v in telemetry.gpu.items()},
+        {k: v[:, kept] for k, v in telemetry.nic.items()},
+        telemetry.step_s[kept],
+        telemetry.clean_step_s[kept],
+        telemetry.faults,
+    )

@@ -14,7 +14,7 @@ import pytest
 from gpuscope.exporter.sim.training import Fault, TrainingJob, simulate
 from gpuscope.stragglers.watch import StragglerWatch
 from tests.processes import RunningCollector
-from tests.stragglers.helpers import HISTORY_S, JOB, push, watch
+from tests.stragglers.helpers import HISTORY_S, JOB, between, push, watch
 
 FAULT = Fault("thermal", 1, 2, onset_s=1500.0, end_s=2100.0, severity=0.2)
 
@@ -94,3 +94,31 @@ def test_a_watch_that_takes_over_adopts_what_its_predecessor_stored(
     with psycopg.connect(collector.dsn) as conn:
         rows = conn.execute("SELECT job_id, cause, ended_at IS NOT NULL FROM straggler").fetchall()
     assert rows == [("train-1", "thermal", True)]
+
+
+def test_a_slow_nic_is_stored_and_served_with_its_port(collector: RunningCollector) -> None:
+    start = time.time() - HISTORY_S - 20
+    fault = Fault("slow_nic", 1, None, onset_s=1500.0, end_s=2100.0, severity=0.3)
+    push(collector, simulate(JOB, [fault], HISTORY_S), start, "nic-1")
+    watch(collector.dsn, StragglerWatch(), datetime.fromtimestamp(start + HISTORY_S + 20, UTC))
+    [served] = httpx.get(f"{collector.url}/api/v1/stragglers", params={"minutes": 60}, timeout=10).json()
+    assert (served["node"], served["gpu"], served["cause"]) == ("nic-1-n1", None, "slow_nic")
+    assert (served["nic"], served["port"]) == ("mlx5_0", 1)
+
+
+def test_the_watch_follows_a_node_that_pushes_late_instead_of_skipping_its_samples(
+    collector: RunningCollector,
+) -> None:
+    # Sites push every 30-60 s: a fixed settling time would feed buckets before their samples came.
+    start = time.time() - HISTORY_S - 20
+    telemetry = simulate(JOB, [FAULT], HISTORY_S)
+    push(collector, telemetry, start, "late-1", nodes=[0])
+    push(collector, between(telemetry, 0, HISTORY_S - 60), start, "late-1", nodes=[1])  # a minute behind
+    now = datetime.fromtimestamp(start + HISTORY_S + 5, UTC)
+    watcher = StragglerWatch()
+    watch(collector.dsn, watcher, now)
+    behind = datetime.fromtimestamp(start + HISTORY_S - 60, UTC)
+    assert behind - timedelta(seconds=10) <= watcher.jobs["late-1"].cursor <= behind
+    push(collector, between(telemetry, HISTORY_S - 60, HISTORY_S), start, "late-1", nodes=[1])
+    watch(collector.dsn, watcher, now)
+    assert watcher.jobs["late-1"].cursor >= behind + timedelta(seconds=45)
