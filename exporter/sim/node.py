@@ -3,7 +3,9 @@
 Ranks of a job run synchronous steps: each step lasts as long as the slowest rank's compute plus the
 collective, and faster ranks spend the difference spinning in NCCL, which reads as full utilisation
 but lower SM/tensor activity and power. Counters (energy, bytes) are integrated between reads, so the
-source is deterministic for a given seed and sequence of read times.
+source is deterministic for a given seed and sequence of read times. NVLink (nvlink.py) and the rare
+faults (health.py: XIDs, ECC, row remaps) draw from their own random streams, so adding them left every
+other reading as it was.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import uuid
 
 import numpy as np
 
+from gpuscope.exporter.sim.health import SimGpuHealth
 from gpuscope.exporter.sim.jobs import JobRun, JobSchedule
+from gpuscope.exporter.sim.nvlink import SimNvLink
 from gpuscope.exporter.sim.topology import NodeSpec
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading
 
@@ -53,6 +57,8 @@ class SimNodeSource:
         self._energy_j = self._rng.uniform(1e6, 5e7, node.gpus)  # driver loaded a while ago
         self._ib = {key: np.zeros(node.ib_ports) for key in ("xmit_bytes", "rcv_bytes", "xmit_wait")}
         self._cooling_loss_c = np.zeros(node.gpus)
+        self._nvlink = SimNvLink(seed, node.index, node.gpus)
+        self._health = SimGpuHealth(seed, node.index, node.gpus)
 
     def fail_cooling(self, gpu: int, degrees: float) -> None:
         """Fault injection: GPU `gpu` runs `degrees` hotter from now on (0 repairs it). A dead fan is a
@@ -65,6 +71,8 @@ class SimNodeSource:
         self._last_t = now
         job = self.schedule.job_at(self.node.index, now)
         busy = self._compute_fraction(job, now) if job else None
+        link_faults = self._health.advance(job is not None, dt)
+        self._nvlink.advance(job, busy, dt, link_faults)
         gpus = self._read_gpus(job, busy, dt)
         ports = self._read_ports(job, busy, dt)
         return gpus, ports
@@ -111,7 +119,10 @@ class SimNodeSource:
         self._temp = steady + (self._temp - steady) * math.exp(-dt / THERMAL_TAU_S)
         self._energy_j = self._energy_j + power * dt
         readings = []
+        nvlink = self._nvlink.readings()
+        health = self._health.values()
         for i, gpu in enumerate(self.gpus):
+            nvlink_totals, links = nvlink[i]
             values = {
                 "util_pct": round(float(np.clip(util[i], 0, 100))),
                 "mem_copy_util_pct": round(float(np.clip(mem_copy[i], 0, 100))),
@@ -128,10 +139,11 @@ class SimNodeSource:
                 "mem_clock_mhz": MEM_CLOCK_MHZ,
                 "clock_event_reasons": float(reasons | (CLOCK_EVENT_HW_THERMAL if self._temp[i] >= SLOWDOWN_C else 0)),
                 "pcie_replay": 0.0,
-                "ecc_corrected": 0.0,
-                "ecc_uncorrected": 0.0,
+                **health[i],
+                **nvlink_totals,
             }
-            readings.append(GpuReading(gpu=gpu, up=True, values=values))
+            xids = self._health.xid_counts(i)
+            readings.append(GpuReading(gpu=gpu, up=True, values=values, links=links, xid_counts=xids))
         return tuple(readings)
 
     def _read_ports(self, job: JobRun | None, busy: np.ndarray | None, dt: float) -> tuple[PortReading, ...]:

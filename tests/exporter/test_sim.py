@@ -103,3 +103,20 @@ def test_topology_rejects_bad_sizes() -> None:
         build_topology(2, 8, 3)
     with pytest.raises(ValueError):
         build_topology(0, 8, 1)
+
+
+def test_nvlink_and_fault_streams_leave_the_other_readings_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVLink and the rare faults draw from their own streams: reseeding them changes only their own keys."""
+    from gpuscope.exporter.sim import node as sim_node
+    from gpuscope.exporter.sim.health import SimGpuHealth
+    from gpuscope.exporter.sim.nvlink import TOTAL_KEYS, SimNvLink
+
+    times = [T0 + 60 * i for i in range(240)]
+    before = run_node(7, 3, times)
+    monkeypatch.setattr(sim_node, "SimNvLink", lambda seed, index, gpus: SimNvLink(seed + 1, index, gpus))
+    monkeypatch.setattr(sim_node, "SimGpuHealth", lambda seed, index, gpus: SimGpuHealth(seed + 1, index, gpus))
+    after = run_node(7, 3, times)
+    own = {*TOTAL_KEYS, "ecc_corrected", "ecc_uncorrected", "remapped_rows_correctable"}
+    own |= {"remapped_rows_uncorrectable", "remap_pending", "remap_failure"}
+    changed = {key.split(":", 1)[1] for b, a in zip(before, after, strict=True) for key in b if b[key] != a[key]}
+    assert changed and changed <= own, changed
