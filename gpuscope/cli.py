@@ -130,6 +130,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stragglers: stream jobs live through the ingest API into a real collector, score /api/v1/stragglers",
     )
+    bench.add_argument(
+        "--push-s",
+        type=_positive_int,
+        default=10,
+        help="stragglers --end-to-end: seconds between an exporter's pushes (default 10; sites use up to 60)",
+    )
     bench.set_defaults(run=_run_bench)
     return parser
 
@@ -145,7 +151,7 @@ def _run_bench(args: argparse.Namespace) -> None:
         "exporter": exporter.run,
         "ingest": lambda: ingest.run(args.workers),
         "query": query.run,
-        "stragglers": stragglers_live.run if args.end_to_end else stragglers.run,
+        "stragglers": (lambda: stragglers_live.run(float(args.push_s))) if args.end_to_end else stragglers.run,
         "alerts": alerts_bench.run,
         "dashboard": dashboard_bench.run,
     }

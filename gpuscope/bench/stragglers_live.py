@@ -3,9 +3,10 @@ into a real collector (embedded PostgreSQL, the straggler watch as in production
 GET /api/v1/stragglers shows and when.
 
 Each job has 15 minutes of history (pushed at once, as exporters catching up would), then runs live:
-every node pushes its 5 s samples every 10 s, as the exporter does by default. Faults start one minute
-into the live part, so the latency from onset to "visible in the API" includes everything a user
-waits for: the exporter's push interval, the watch's settling and cycle, the detector's persistence.
+every node pushes its 5 s samples every 10 s, as the exporter does by default (`push_s`: sites push
+every 10-60 s). Faults start one minute into the live part, so the latency from onset to "visible in
+the API" includes everything a user waits for: the exporter's push interval, the watch waiting for a
+job's slowest node, its cycle, the detector's persistence.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ HISTORY_S = 900.0
 ONSET_AFTER_S = 60.0  # into the live part
 WATCH_S = 180.0  # live time after the onset before the score is taken
 SAMPLE_S = 5.0
-PUSH_S = 10.0
 SEVERITIES = (0.1, 0.2, 0.5)
 
 
@@ -115,7 +115,7 @@ def push_due(client: httpx.Client, url: str, token: str, job: LiveJob, started: 
     job.sent = due
 
 
-def run() -> dict[str, Any]:
+def run(push_s: float = 10.0) -> dict[str, Any]:
     jobs = scenarios()
     token = secrets.token_urlsafe(24)
     with throwaway_postgres("gpuscope-bench-live-") as pg, tempfile.TemporaryDirectory() as tmp:
@@ -131,19 +131,19 @@ def run() -> dict[str, Any]:
                 onset_wall = started + HISTORY_S + ONSET_AFTER_S
                 for job in jobs:
                     push_due(client, url, token, job, started, time.time())
-                next_push = time.time() + PUSH_S
+                next_push = time.time() + push_s
                 while time.time() < onset_wall + WATCH_S:
                     if time.time() >= next_push:
                         for job in jobs:
                             push_due(client, url, token, job, started, time.time())
-                        next_push += PUSH_S
+                        next_push += push_s
                     rows = client.get(f"{url}/api/v1/stragglers", params={"minutes": 60}).json()
                     for row in rows:
                         seen[row["job_id"]] = (seen.get(row["job_id"], (time.time(), row))[0], row)
                     time.sleep(1.0)
         finally:
             server.stop()
-    return _score(jobs, seen, onset_wall)
+    return _score(jobs, seen, onset_wall) | {"push_s": push_s}
 
 
 def _score(jobs: list[LiveJob], seen: dict[str, tuple[float, dict[str, Any]]], onset_wall: float) -> dict[str, Any]:
@@ -175,5 +175,4 @@ def _score(jobs: list[LiveJob], seen: dict[str, tuple[float, dict[str, Any]]], o
         "slowdown_error_median": round(statistics.median(errors), 3) if errors else None,
         "false_alarms_clean_jobs": false_alarms,
         "sample_s": SAMPLE_S,
-        "push_s": PUSH_S,
     }
