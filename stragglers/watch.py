@@ -61,8 +61,11 @@ class StragglerWatch:
         if start >= end:
             return 0
         gpu_rows, nic_rows = await self._samples(conn, start, end)
+        # Rows into arrays once per cycle, (values, id, bucket), so each job takes its slice.
+        gpus = _Grid(gpu_rows, 5, start, end)  # tensor, util, clock, reasons, SM activity
+        ports = _Grid(nic_rows, 3, start, end)  # wait rate, bytes rate, link rate
         for job_id, job in self.jobs.items():
-            self._feed(job, gpu_rows, nic_rows, complete[job_id])
+            self._feed(job, gpus, ports, complete[job_id])
             await self._store(conn, job_id, job)
         return sum(job.detector.active is not None for job in self.jobs.values())
 
@@ -142,30 +145,19 @@ class StragglerWatch:
         )
         return gpu_rows, await cur.fetchall()
 
-    def _feed(self, job: _Job, gpu_rows: list, nic_rows: list, end: datetime) -> None:
-        steps = int((end - job.cursor) / SAMPLE)
-        if steps <= 0:
+    def _feed(self, job: _Job, gpus: _Grid, ports: _Grid, end: datetime) -> None:
+        if end <= job.cursor:
             return
-        first = job.cursor.timestamp()
-        rank_of = {gpu_id: r for r, gpu_id in enumerate(job.gpu_ids)}
-        port_of = {port_id: p for p, port_id in enumerate(job.port_ids)}
-        gpu = np.full((5, len(job.gpu_ids), steps), np.nan)  # tensor, util, clock, reasons, SM activity
-        for gpu_id, bucket, *values in gpu_rows:
-            rank, step = rank_of.get(gpu_id), round((bucket.timestamp() - first) / SAMPLE.total_seconds())
-            if rank is not None and 0 <= step < steps:
-                gpu[:, rank, step] = [np.nan if v is None else v for v in values]
-        nic = np.full((3, len(job.port_ids), steps), np.nan)  # wait rate, bytes rate, link rate
-        for port_id, bucket, *values in nic_rows:
-            port, step = port_of.get(port_id), round((bucket.timestamp() - first) / SAMPLE.total_seconds())
-            if port is not None and 0 <= step < steps:
-                nic[:, port, step] = [np.nan if v is None else v for v in values]
+        gpu = gpus.take(job.gpu_ids, job.cursor, end)
+        wait, sent, link = ports.take(job.port_ids, job.cursor, end)
         activity = gpu[0] if np.isfinite(gpu[0]).any() or not np.isfinite(gpu[4]).any() else gpu[4]
-        for step in range(steps):
+        first = job.cursor.timestamp()
+        for step in range(gpu.shape[2]):
             t = first + step * SAMPLE.total_seconds()
-            wait, sent, link = nic[:, :, step]
             job.detector.update(
-                t, activity[:, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], wait, link, sent
-            )
+                t, activity[:, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], wait[:, step], link[:, step],
+                sent[:, step],
+            )  # fmt: skip
         job.cursor = end
 
     async def _store(self, conn: AsyncConnection[Any], job_id: str, job: _Job) -> None:
@@ -238,6 +230,25 @@ class StragglerWatch:
             await conn.execute(
                 "UPDATE straggler SET ended_at = %s WHERE straggler_id = %s", (end, job.stored[id(active)])
             )
+
+
+class _Grid:
+    """Rows of (id, bucket, *values) as an array (values, ids, buckets) from `start` to `end`; NaN for
+    what is missing."""
+
+    def __init__(self, rows: list, values: int, start: datetime, end: datetime) -> None:
+        self.start = start
+        self.row_of = {key: i for i, key in enumerate(dict.fromkeys(row[0] for row in rows))}
+        self.data = np.full((values, len(self.row_of) + 1, int((end - start) / SAMPLE)), np.nan)  # last row: none
+        for key, bucket, *row_values in rows:
+            step = round((bucket - start) / SAMPLE)
+            if 0 <= step < self.data.shape[2]:
+                self.data[:, self.row_of[key], step] = [np.nan if v is None else v for v in row_values]
+
+    def take(self, keys: list[int], start: datetime, end: datetime) -> np.ndarray:
+        rows = [self.row_of.get(key, -1) for key in keys]
+        first = round((start - self.start) / SAMPLE)
+        return self.data[:, rows, first : first + round((end - start) / SAMPLE)]
 
 
 def _port_id(job: _Job, straggler: Straggler) -> int | None:
