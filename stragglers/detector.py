@@ -52,9 +52,10 @@ class Settings:
     min_link_drop: float = 0.1  # or its link running this much below its normal rate (trained down)
     gate_activity: float = 5.0  # job median tensor activity (%) below this: a pause, skipped
     pause_fraction: float = 0.3  # ... or below this fraction of its normal (a job 3.3x slower)
-    pause_s: float = 5.0  # ... averaged over this long at the least
+    after_pause_s: float = 80.0  # four fast time constants: the averages within 2% of running again
     min_traffic_bps: float = 1e6  # the job sends at least this much per port: traffic is a second route
     traffic_slack: float = 0.15  # ... whose slowdown must not contradict the activity's by more than this
+    max_traffic_noise: float = 0.1  # ... where its 30 s means vary (relative deviation) by this much at most
 
 
 @dataclass
@@ -108,14 +109,14 @@ class JobDetector:
         self._share = _Signal(fast, blocks, block)  # rank's tensor activity / job median
         self._util = _Signal(fast, blocks, block)  # node's median GPU utilisation / the other nodes'
         self._level = _Signal(fast, blocks, block)  # job median tensor activity
-        self._traffic = _Signal(fast, blocks, block)  # job median bytes per second sent, over ports
+        self._traffic = _Signal(fast, blocks, block, spread=True)  # job's bytes per second sent, per port
         self._wait = _Signal(fast, blocks, block)  # port's transmit waits per second
         self._link = _Signal(fast, blocks, block)  # port's link rate
         # When each rank last had a clock held down for a named reason: a capped GPU shows its bit only
         # while it computes, so a sample that falls in a collective would otherwise lose the cause.
         self._thermal_at = np.full(node_of.size, -math.inf)
         self._power_cap_at = np.full(node_of.size, -math.inf)
-        self._recent: deque[float] = deque(maxlen=max(1, round(s.pause_s / s.sample_s)))  # job activity
+        self._paused_at = -math.inf
         self._candidate: _Candidate | None = None
         self._quiet_since: float | None = None
         self.active: Straggler | None = None
@@ -135,10 +136,13 @@ class JobDetector:
         """One sample: per-GPU arrays (ranks,), per-port arrays (ports,), NaN for a missing sample."""
         s = self.settings
         level = _median(tensor)
-        self._recent.append(level)
-        if self._paused():
-            return  # neither evidence nor normal
         self._level.observe(np.array([level]))
+        if self._paused():
+            self._candidate = None  # a candidate must hold through running time, not across a pause
+            self._paused_at = t
+            return  # neither evidence nor normal
+        # The fast averages climb back for a while after a pause: neither judged nor learnt meanwhile.
+        settling = t - self._paused_at < s.after_pause_s
         if self._started is None:
             self._started = t
         # Each node's utilisation against the other nodes' (not the job's, which a stalled node drags
@@ -166,6 +170,8 @@ class JobDetector:
         # Normals stand still while a straggler is active, so a long one does not become normal; but
         # not for ever, or a wrong declaration (a job that settled slower after its start, say) would
         # keep itself alive by keeping the normal it is judged against.
+        if settling:
+            return
         if self.active is None or t - self.active.started_s >= s.max_freeze_s:
             self._level.learn(np.array([level]))
             for signal, values in signals:
@@ -179,13 +185,12 @@ class JobDetector:
 
     def _paused(self) -> bool:
         """A phase every rank goes through together (a checkpoint, evaluation, start-up, a loader stall):
-        the job's activity over the last pause_s (several samples where samples are shorter than a step,
-        one of which can fall wholly inside a collective) collapses, or falls below a fraction of its
-        normal that no straggler this side of a broken GPU causes."""
+        the job's activity (the fast average) collapses, or falls below a fraction of its normal that
+        no straggler this side of a broken GPU causes. Judged on the average, not on single samples:
+        a sample can fall wholly inside a collective, or inside the wait for a straggler (a job that
+        syncs every 18 s), and skipping those would hide the very waits a straggler adds."""
         s = self.settings
-        recent = np.array(self._recent)
-        activity = float(np.mean(recent[np.isfinite(recent)])) if np.isfinite(recent).any() else math.nan
-        normal = float(self._level.base[0]) if self._level.base.size else math.nan
+        activity, normal = float(self._level.now[0]), float(self._level.base[0])
         floor = max(s.gate_activity, s.pause_fraction * normal) if math.isfinite(normal) else s.gate_activity
         return not activity >= floor
 
@@ -196,14 +201,17 @@ class JobDetector:
         if not slowdown >= s.min_job_slowdown:
             return None
         evidence = {"job_slowdown": slowdown}
-        if self._traffic.base[0] >= s.min_traffic_bps:
+        noise = float(self._traffic.spread[0])
+        if self._traffic.base[0] >= s.min_traffic_bps and noise <= s.max_traffic_noise:
             # The second route to the same slowdown: a training step sends the same bytes however long
             # it takes, so a job k times slower sends k times fewer bytes per second. Activity that
             # falls while traffic rises (an asynchronous checkpoint's writes) or traffic that stops
             # (evaluation, a checkpoint, a stall every rank takes) is a phase of the job, not a straggler.
+            # Only where traffic is steady: a job that syncs once in several samples (gradient
+            # accumulation) sends in bursts that no short average tells apart from a phase.
             traffic = float(self._traffic.base[0] / self._traffic.now[0] - 1)
             evidence["traffic_slowdown"] = traffic
-            if not _agree(slowdown, traffic, s.traffic_slack):
+            if not _agree(slowdown, traffic, s.traffic_slack + 3 * noise):
                 return None
         share_rise = self._share.now / self._share.base - 1
         rank = _argmax(share_rise)
@@ -298,10 +306,11 @@ class _Signal:
     bimodal and their median sits far from their mean, which would read as a slowdown that is not
     there. Taking the median once a block also keeps the cost down: it is most of the detector's."""
 
-    def __init__(self, fast: float, blocks: int, block: int) -> None:
-        self.fast, self.blocks, self.block = fast, blocks, block
+    def __init__(self, fast: float, blocks: int, block: int, spread: bool = False) -> None:
+        self.fast, self.blocks, self.block, self.track_spread = fast, blocks, block, spread
         self.now = np.empty(0)
         self.base = np.empty(0)
+        self.spread = np.empty(0)  # where tracked: the block means' median absolute deviation / their median
         self._ring = np.empty((0, blocks))
         self._next = 0
         self._sum = np.empty(0)
@@ -313,6 +322,7 @@ class _Signal:
         if self.now.size == 0:
             self.now = np.full(values.size, np.nan)
             self.base = np.full(values.size, np.nan)
+            self.spread = np.full(values.size, np.nan)
             self._ring = np.full((values.size, self.blocks), np.nan)
             self._sum, self._count = np.zeros(values.size), np.zeros(values.size)
         seen = np.isfinite(values)
@@ -335,6 +345,8 @@ class _Signal:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an element never seen: NaN, as it should
             self.base = np.nanmedian(self._ring, axis=1)
+            if self.track_spread:
+                self.spread = np.nanmedian(np.abs(self._ring - self.base[:, None]), axis=1) / np.abs(self.base)
 
 
 def _agree(slowdown: float, traffic: float, slack: float) -> bool:
