@@ -8,7 +8,7 @@ from functools import cache
 from importlib import resources
 from typing import Literal
 
-Scope = Literal["gpu", "nvlink", "ib"]
+Scope = Literal["gpu", "nvlink", "ib", "mig"]  # mig: per MIG GPU instance, exposed only (not on the wire)
 
 
 @dataclass(frozen=True)

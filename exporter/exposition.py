@@ -93,6 +93,7 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[Family]:
                     family.add(labels_of[link], value * spec.prom_scale)
         yield family
     yield xids
+    yield from _mig_families(snapshot, gpu_labels)
 
 
 def _job_family(snapshot: Snapshot) -> Family:
@@ -103,6 +104,44 @@ def _job_family(snapshot: Snapshot) -> Family:
         if job is not None:
             names = ["gpu", "uuid", "job_id", "user"]
             jobs.add(label_block(names, [str(reading.gpu.index), reading.gpu.uuid, job.job_id, job.user or ""]), 1)
+    return jobs
+
+
+def _mig_families(snapshot: Snapshot, gpu_labels: list[str]) -> Iterator[Family]:
+    """Per MIG GPU instance, labelled by the parent GPU and the instance's id; only GPUs in MIG mode."""
+    migs = [(reading, labels) for reading, labels in zip(snapshot.gpus, gpu_labels, strict=True) if reading.mig]
+    if not migs:
+        return
+    info = Family("gpuscope_mig_info", "gauge", "MIG devices: GPU instance, compute instance, profile, MIG UUID")
+    names = ["gpu", "uuid", "gpu_instance_id", "compute_instance_id", "profile", "mig_uuid"]
+    for reading, _ in migs:
+        for mig in reading.mig:
+            gpu = reading.gpu
+            ids = [str(gpu.index), gpu.uuid, str(mig.gpu_instance_id), str(mig.compute_instance_id)]
+            info.add(label_block(names, [*ids, mig.profile, mig.uuid]), 1)
+    yield info
+    for spec in metrics_for("mig"):
+        family = _family(spec)
+        for reading, labels in migs:
+            for mig in reading.mig:
+                value = mig.values.get(spec.key)
+                if value is not None:
+                    family.add(labels[:-1] + f',gpu_instance_id="{mig.gpu_instance_id}"}}', value * spec.prom_scale)
+        yield family
+    if snapshot.mig_jobs is not None:
+        yield _mig_job_family(snapshot)
+
+
+def _mig_job_family(snapshot: Snapshot) -> Family:
+    """Which job holds each MIG device, where job attribution tells instances apart."""
+    jobs = Family("gpuscope_mig_job_info", "gauge", "1 for the job that holds the MIG device (job_id, user)")
+    names = ["gpu", "uuid", "gpu_instance_id", "compute_instance_id", "mig_uuid", "job_id", "user"]
+    for reading in snapshot.gpus:
+        for mig in reading.mig:
+            job = (snapshot.mig_jobs or {}).get(mig.uuid)
+            if job is not None:
+                ids = [str(reading.gpu.index), reading.gpu.uuid, str(mig.gpu_instance_id), str(mig.compute_instance_id)]
+                jobs.add(label_block(names, [*ids, mig.uuid, job.job_id, job.user or ""]), 1)
     return jobs
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The xid_counts key for XID errors the driver could not identify (NVML's eventData 999). Real XID
+# codes start at 1, so 0 names no real XID; Prometheus shows it as xid="0" and the collector as code 0.
+UNKNOWN_XID = 0
+
 
 @dataclass(frozen=True)
 class GpuIdentity:
@@ -26,6 +30,21 @@ class PortIdentity:
 
 
 @dataclass(frozen=True)
+class MigReading:
+    """One MIG device of a GPU: a compute instance in a GPU instance, as CUDA and Slurm see it.
+
+    `values` holds "mig" catalog keys. Memory and activity belong to the GPU instance, which its
+    compute instances share, so they are reported once per GPU instance: on its first compute instance.
+    """
+
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str  # the GPU instance profile, e.g. "1g.10gb"
+    uuid: str  # the MIG device's own UUID ("MIG-..."), what CUDA_VISIBLE_DEVICES names
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class GpuReading:
     gpu: GpuIdentity
     up: bool
@@ -34,6 +53,7 @@ class GpuReading:
     values: dict[str, float] = field(default_factory=dict)
     links: dict[int, dict[str, float]] = field(default_factory=dict)  # NVLink/XGMI link -> "nvlink" metrics
     xid_counts: dict[int, int] = field(default_factory=dict)  # XID code -> events since the exporter started
+    mig: tuple[MigReading, ...] = ()  # the GPU's MIG devices when it is in MIG mode
 
 
 @dataclass(frozen=True)
@@ -49,3 +69,4 @@ class Snapshot:
     ports: tuple[PortReading, ...]
     sample_seconds: float = 0.0  # how long the cycle took
     jobs: dict[int, JobInfo] | None = None  # GPU index -> job; None when no job attribution is configured
+    mig_jobs: dict[str, JobInfo] | None = None  # MIG device UUID -> job, where attribution can tell instances apart

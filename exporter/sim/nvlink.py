@@ -129,6 +129,7 @@ def _link_dicts(rows: list[list[float]]) -> dict[int, dict[str, float]]:
             "link_crc_errors": crc,
             "link_replay_errors": replay,
             "link_recovery_errors": recovery,
+            "link_ecc_errors": 0.0,  # data ECC errors a Hopper link corrects: none on these simulated links
         }
         for link, (tx, rx, crc, replay, recovery) in enumerate(rows)
     }

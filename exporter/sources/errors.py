@@ -22,8 +22,9 @@ class LogOnce:
 
 
 class GroupGuard:
-    """Runs one device's groups of library calls: a group the device does not support is remembered and
-    skipped from then on (its metrics are absent, never 0); any other library error is logged once.
+    """Runs one device's groups of library calls: a group the device does not support (or will not answer
+    this process) is remembered and skipped until forget() (its metrics are absent, never 0); any other
+    library error is logged once.
     Shared by the NVML and AMD backends, which differ only in how their library says 'not supported'."""
 
     def __init__(
@@ -41,6 +42,10 @@ class GroupGuard:
         self._is_unsupported = is_unsupported
         self._passthrough = passthrough
 
+    def forget(self) -> None:
+        """Ask every group again: the device changed what it supports (e.g. it left MIG mode)."""
+        self.unsupported.clear()
+
     def run(self, group: str, read: Callable[..., object], *args: object) -> None:
         if group in self.unsupported:
             return
@@ -52,11 +57,12 @@ class GroupGuard:
             if self._is_unsupported(exc):
                 self.unsupported.add(group)
                 self._log_once(
-                    (self.label, group, "unsupported"),
+                    (self.label, group, "unsupported", str(exc)),
                     logging.INFO,
-                    "%s: %s not supported; those metrics are left out",
+                    "%s: %s not available (%s); those metrics are left out",
                     self.label,
                     group,
+                    exc,
                 )
             else:
                 self._log_once(

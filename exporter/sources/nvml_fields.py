@@ -11,9 +11,22 @@ from __future__ import annotations
 import ctypes
 import functools
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+
+# scopeId asking for the sum over all links (nvml.h, NVLink throughput fields)
+UINT_MAX = 0xFFFFFFFF
+
+
+class Fields(NamedTuple):
+    """One entry per requested field, in request order."""
+
+    field_id: np.ndarray
+    scope: np.ndarray
+    status: np.ndarray  # NVML_SUCCESS or the field's own error code
+    value: np.ndarray  # float64, whatever the field's value type
+    timestamp_us: np.ndarray  # when the driver took the value (CPU clock, microseconds)
 
 
 @functools.cache
@@ -22,11 +35,12 @@ def field_dtype(struct: Any) -> np.dtype:
     value = struct.value.offset
     return np.dtype(
         {
-            "names": ["fieldId", "scopeId", "valueType", "nvmlReturn", "d", "ui", "ull", "sll", "si"],
-            "formats": ["<u4", "<u4", "<u4", "<u4", "<f8", "<u4", "<u8", "<i8", "<i4"],
+            "names": ["fieldId", "scopeId", "timestamp", "valueType", "nvmlReturn", "d", "ui", "ull", "sll", "si"],
+            "formats": ["<u4", "<u4", "<i8", "<u4", "<u4", "<f8", "<u4", "<u8", "<i8", "<i4"],
             "offsets": [
                 struct.fieldId.offset,
                 struct.scopeId.offset,
+                struct.timestamp.offset,
                 struct.valueType.offset,
                 struct.nvmlReturn.offset,
                 value,
@@ -40,8 +54,7 @@ def field_dtype(struct: Any) -> np.dtype:
     )
 
 
-def decode(nvml: ModuleType, results: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(fieldId, scopeId, ok, value as float64) for each requested field."""
+def decode(nvml: ModuleType, results: Any) -> Fields:
     if isinstance(results, ctypes.Array):
         raw = np.frombuffer(memoryview(results), dtype=field_dtype(nvml.c_nvmlFieldValue_t))
         kind = raw["valueType"]
@@ -55,13 +68,14 @@ def decode(nvml: ModuleType, results: Any) -> tuple[np.ndarray, np.ndarray, np.n
             mask = kind == value_type
             if mask.any():
                 value[mask] = raw[member][mask]
-        return raw["fieldId"], raw["scopeId"], raw["nvmlReturn"] == nvml.NVML_SUCCESS, value
+        return Fields(raw["fieldId"], raw["scopeId"], raw["nvmlReturn"], value, raw["timestamp"])
     items = list(results)
-    return (
+    return Fields(
         np.array([r.fieldId for r in items], dtype=np.uint32),
         np.array([r.scopeId for r in items], dtype=np.uint32),
-        np.array([r.nvmlReturn == nvml.NVML_SUCCESS for r in items], dtype=bool),
+        np.array([r.nvmlReturn for r in items], dtype=np.uint32),
         np.array([_slow_value(nvml, r) for r in items], dtype=np.float64),
+        np.array([r.timestamp for r in items], dtype=np.int64),
     )
 
 
@@ -76,3 +90,8 @@ def _slow_value(nvml: ModuleType, result: Any) -> float:
     if kind == nvml.NVML_VALUE_TYPE_SIGNED_INT:
         return float(result.value.siVal)
     return float(result.value.ullVal)
+
+
+def text(value: str | bytes) -> str:
+    """An NVML string: str from current bindings, bytes from older ones."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

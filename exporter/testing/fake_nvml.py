@@ -1,111 +1,74 @@
 """A fake `pynvml` module: the real module's constants, structures and NVMLError classes, with the
-functions that need a driver replaced by ones backed by FakeGpu objects.
+functions that need a driver replaced by ones backed by FakeGpu objects (exporter/testing/fake_nvml_gpus.py).
 
-Units are NVML's: power in mW, energy in mJ, memory in bytes, clocks in MHz, violation time in ns,
-PCIe throughput in KB/s, NVLink throughput fields in KiB.
+Behaviour copied from the driver, because the exporter's handling of it is what the tests check:
+- nvmlDeviceGetPcieThroughput samples for 20 ms per call (nvml.h), so it sleeps 20 ms;
+- nvmlDeviceGetMemoryInfo v1 counts reserved memory as used, v2 reports it apart;
+- in MIG mode the GPU answers NOT_SUPPORTED for utilisation and remapped rows, and its memory and
+  process list need privileges (NO_PERMISSION otherwise); MIG device handles answer for themselves;
+- a GPU that fell off the bus answers GPU_IS_LOST to every call, and to event-set waits;
+- handles are c_nvmlDevice_t pointers, a new object per call, the same address for the same device.
 """
 
 from __future__ import annotations
 
 import ctypes
-import queue
+import time
 import types
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pynvml as real
 
-from gpuscope.exporter.sources.nvml_fields import field_dtype
+from gpuscope.exporter.sources.nvml_fields import UINT_MAX, field_dtype
+from gpuscope.exporter.testing.fake_nvml_events import FakeEventSet, event_data
+from gpuscope.exporter.testing.fake_nvml_gpus import (
+    GIB,
+    UNSUPPORTABLE,
+    FakeGpu,
+    FakeMigDevice,
+    h100_node,
+    mig_layout,
+)
+from gpuscope.exporter.testing.fake_nvml_handles import FakeHandles, Target, fail, need, whole
+from gpuscope.exporter.testing.fake_nvml_mig import register_mig_calls
 
-GIB = 2**30
+__all__ = ["GIB", "UNSUPPORTABLE", "FakeGpu", "FakeMigDevice", "h100_node", "make_fake_pynvml", "mig_layout"]
 
-
-@dataclass
-class FakeGpu:
-    uuid: str
-    name: str = "NVIDIA H100 80GB HBM3"
-    bus_id: str = "00000000:18:00.0"
-    util_gpu: int = 97
-    util_mem: int = 31
-    temp_c: int = 71
-    mem_temp_c: int = 78
-    power_mw: int = 612_000
-    power_limit_mw: int = 700_000
-    energy_mj: int = 9_000_000_000
-    sm_clock: int = 1980
-    mem_clock: int = 2619
-    fb_total: int = 80 * GIB
-    fb_used: int = 61 * GIB
-    clocks_event_reasons: int = 0
-    power_violation_ns: int = 0
-    thermal_violation_ns: int = 0
-    pcie_replay: int = 0
-    pcie_tx_kbs: int = 1_200_000
-    pcie_rx_kbs: int = 900_000
-    ecc_corrected: int = 0
-    ecc_uncorrected: int = 0
-    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # correctable, uncorrectable, pending, failure
-    nvlinks: int = 18
-    nvlink_tx_kib: int = 10_000_000
-    nvlink_rx_kib: int = 9_000_000
-    nvlink_errors: dict[int, int] = field(default_factory=dict)  # NVML_NVLINK_ERROR_DL_* -> count per link
-    gpm_sm_util: float = 83.0
-    gpm_tensor_util: float = 57.0
-    processes: list[int] = field(default_factory=list)  # PIDs running on this GPU
-    # What this GPU lacks: names from UNSUPPORTABLE. Each raises NVMLError_NotSupported.
-    unsupported: set[str] = field(default_factory=set)
-    lost: bool = False  # fell off the bus: every call raises NVMLError_GpuIsLost
-
-
-UNSUPPORTABLE = {
-    "memory_temp",
-    "gpm",
-    "nvlink",
-    "ecc",
-    "remapped_rows",
-    "energy",
-    "pcie_throughput",
-    "violation",
-    "events",
-}
-
-
-class _Handle:
-    def __init__(self, gpu: FakeGpu) -> None:
-        self.gpu = gpu
+PCIE_SAMPLE_S = 0.020  # nvmlDeviceGetPcieThroughput: "querying a byte counter over a 20ms interval"
 
 
 def make_fake_pynvml(gpus: list[FakeGpu], *, library: bool = True, driver: bool = True) -> types.ModuleType:
     """A module to use in place of `pynvml`. Call counts are kept in module.calls."""
     fake = types.ModuleType("pynvml")
     fake.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
-    state: dict[str, Any] = {"init": False, "events": queue.Queue(), "samples": {}, "next_sample": 1}
+    state: dict[str, Any] = {"init": False, "samples": {}, "next_sample": 1, "event_sets": [], "t0": time.time()}
+    handles = FakeHandles()
     calls: dict[str, int] = {}
     fake.calls = calls  # type: ignore[attr-defined]
     fake.gpus = gpus  # type: ignore[attr-defined]
 
-    def fail(code: int) -> None:
-        raise real.NVMLError(code)  # maps to the real subclass, e.g. NVMLError_NotSupported
-
-    def api(fn: Any) -> Any:
+    def api(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Registers `fn` under its name; a handle argument reaches `fn` as (device, the GPU it is on)."""
         name = fn.__name__
 
-        def wrapper(*args: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             calls[name] = calls.get(name, 0) + 1
-            if name not in ("nvmlInit", "nvmlInitWithFlags") and not state["init"]:
+            if name != "nvmlInit" and not state["init"]:
                 fail(real.NVML_ERROR_UNINITIALIZED)
-            if args and isinstance(args[0], _Handle) and args[0].gpu.lost:
-                fail(real.NVML_ERROR_GPU_IS_LOST)
-            return fn(*args)
+            if args and isinstance(args[0], real.c_nvmlDevice_t):
+                target, gpu = handles.resolve(args[0])
+                if gpu.lost:
+                    fail(real.NVML_ERROR_GPU_IS_LOST)
+                args = (target, gpu, *args[1:])
+            return fn(*args, **kwargs)
 
         wrapper.__name__ = name
         setattr(fake, name, wrapper)
         return wrapper
 
-    def need(gpu: FakeGpu, feature: str) -> None:
-        if feature in gpu.unsupported:
-            fail(real.NVML_ERROR_NOT_SUPPORTED)
+    # --- library and device discovery ---
 
     @api
     def nvmlInit() -> None:
@@ -125,134 +88,187 @@ def make_fake_pynvml(gpus: list[FakeGpu], *, library: bool = True, driver: bool 
 
     @api
     def nvmlDeviceGetCount() -> int:
-        return len(gpus)
+        return len(gpus)  # like nvmlDeviceGetCount_v2: GPUs we may not open are counted too
 
     @api
-    def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
+    def nvmlDeviceGetHandleByIndex(index: int) -> Any:
         if not 0 <= index < len(gpus):
             fail(real.NVML_ERROR_INVALID_ARGUMENT)
-        return _Handle(gpus[index])
+        if gpus[index].no_permission:
+            fail(real.NVML_ERROR_NO_PERMISSION)
+        return handles.handle(gpus[index], gpus[index], kept=True)
 
     @api
-    def nvmlDeviceGetUUID(h: _Handle) -> str:
-        return h.gpu.uuid
+    def nvmlDeviceGetUUID(t: Target, gpu: FakeGpu) -> str:
+        return t.uuid
 
     @api
-    def nvmlDeviceGetName(h: _Handle) -> str:
-        return h.gpu.name
+    def nvmlDeviceGetName(t: Target, gpu: FakeGpu) -> str:
+        return f"{gpu.name} MIG {t.profile}" if isinstance(t, FakeMigDevice) else gpu.name
 
     @api
-    def nvmlDeviceGetPciInfo(h: _Handle) -> Any:
+    def nvmlDeviceGetPciInfo(t: Target, gpu: FakeGpu) -> Any:
         info = real.nvmlPciInfo_t()
-        info.busId = h.gpu.bus_id.encode()
+        info.busId = gpu.bus_id.encode()
         return info
 
+    # --- readings ---
+
     @api
-    def nvmlDeviceGetUtilizationRates(h: _Handle) -> Any:
+    def nvmlDeviceGetUtilizationRates(t: Target, gpu: FakeGpu) -> Any:
+        if isinstance(t, FakeMigDevice) or gpu.mig_enabled:
+            fail(real.NVML_ERROR_NOT_SUPPORTED)  # "On MIG-enabled GPUs, ... not currently supported"
         rates = real.c_nvmlUtilization_t()
-        rates.gpu, rates.memory = h.gpu.util_gpu, h.gpu.util_mem
+        rates.gpu, rates.memory = gpu.util_gpu, gpu.util_mem
         return rates
 
     @api
-    def nvmlDeviceGetMemoryInfo(h: _Handle, version: Any = None) -> Any:
-        memory = real.c_nvmlMemory_t()
-        memory.total, memory.used = h.gpu.fb_total, h.gpu.fb_used
-        memory.free = h.gpu.fb_total - h.gpu.fb_used
+    def nvmlDeviceGetMemoryInfo(t: Target, gpu: FakeGpu, version: int | None = None) -> Any:
+        if version:
+            if "memory_v2" in gpu.unsupported:
+                fail(real.NVML_ERROR_FUNCTION_NOT_FOUND)  # the binding cannot find nvmlDeviceGetMemoryInfo_v2
+            if version != real.nvmlMemory_v2:
+                fail(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if isinstance(t, FakeMigDevice):
+            total, used, reserved = t.memory_mib * 2**20, t.fb_used, t.fb_reserved
+        elif gpu.mig_enabled and not gpu.privileged:
+            return fail(real.NVML_ERROR_NO_PERMISSION)
+        elif gpu.mig_enabled:
+            total, used, reserved = gpu.fb_total, sum(m.fb_used for m in gpu.mig_devices), gpu.fb_reserved
+        else:
+            total, used, reserved = gpu.fb_total, gpu.fb_used, gpu.fb_reserved
+        if not version:
+            memory = real.c_nvmlMemory_t()
+            memory.total, memory.used, memory.free = total, used + reserved, total - used - reserved
+            return memory
+        memory = real.c_nvmlMemory_v2_t()
+        memory.version = version
+        memory.total, memory.reserved, memory.used = total, reserved, used
+        memory.free = total - reserved - used
         return memory
 
     @api
-    def nvmlDeviceGetTemperature(h: _Handle, sensor: int) -> int:
+    def nvmlDeviceGetTemperature(t: Target, gpu: FakeGpu, sensor: int) -> int:
         if sensor != real.NVML_TEMPERATURE_GPU:
             fail(real.NVML_ERROR_INVALID_ARGUMENT)
-        return h.gpu.temp_c
+        return whole(t, gpu).temp_c
 
     @api
-    def nvmlDeviceGetPowerUsage(h: _Handle) -> int:
-        return h.gpu.power_mw
+    def nvmlDeviceGetPowerUsage(t: Target, gpu: FakeGpu) -> int:
+        return whole(t, gpu).power_mw
 
     @api
-    def nvmlDeviceGetEnforcedPowerLimit(h: _Handle) -> int:
-        return h.gpu.power_limit_mw
+    def nvmlDeviceGetEnforcedPowerLimit(t: Target, gpu: FakeGpu) -> int:
+        return whole(t, gpu).power_limit_mw
 
     @api
-    def nvmlDeviceGetTotalEnergyConsumption(h: _Handle) -> int:
-        need(h.gpu, "energy")
-        return h.gpu.energy_mj
+    def nvmlDeviceGetTotalEnergyConsumption(t: Target, gpu: FakeGpu) -> int:
+        need(whole(t, gpu), "energy")
+        return gpu.energy_mj
 
     @api
-    def nvmlDeviceGetClockInfo(h: _Handle, clock: int) -> int:
-        return {real.NVML_CLOCK_SM: h.gpu.sm_clock, real.NVML_CLOCK_MEM: h.gpu.mem_clock}[clock]
+    def nvmlDeviceGetClockInfo(t: Target, gpu: FakeGpu, clock: int) -> int:
+        return {real.NVML_CLOCK_SM: gpu.sm_clock, real.NVML_CLOCK_MEM: gpu.mem_clock}[clock]
 
     @api
-    def nvmlDeviceGetCurrentClocksEventReasons(h: _Handle) -> int:
-        return h.gpu.clocks_event_reasons
+    def nvmlDeviceGetCurrentClocksEventReasons(t: Target, gpu: FakeGpu) -> int:
+        return whole(t, gpu).clocks_event_reasons
 
     @api
-    def nvmlDeviceGetViolationStatus(h: _Handle, policy: int) -> Any:
-        need(h.gpu, "violation")
+    def nvmlDeviceGetViolationStatus(t: Target, gpu: FakeGpu, policy: int) -> Any:
+        need(whole(t, gpu), "violation")
         violation = real.c_nvmlViolationTime_t()
         violation.referenceTime = 0
         violation.violationTime = {
-            real.NVML_PERF_POLICY_POWER: h.gpu.power_violation_ns,
-            real.NVML_PERF_POLICY_THERMAL: h.gpu.thermal_violation_ns,
+            real.NVML_PERF_POLICY_POWER: gpu.power_violation_ns,
+            real.NVML_PERF_POLICY_THERMAL: gpu.thermal_violation_ns,
         }.get(policy, 0)
         return violation
 
     @api
-    def nvmlDeviceGetPcieReplayCounter(h: _Handle) -> int:
-        return h.gpu.pcie_replay
+    def nvmlDeviceGetPcieReplayCounter(t: Target, gpu: FakeGpu) -> int:
+        return whole(t, gpu).pcie_replay
 
     @api
-    def nvmlDeviceGetPcieThroughput(h: _Handle, counter: int) -> int:
-        need(h.gpu, "pcie_throughput")
-        return h.gpu.pcie_tx_kbs if counter == real.NVML_PCIE_UTIL_TX_BYTES else h.gpu.pcie_rx_kbs
+    def nvmlDeviceGetPcieThroughput(t: Target, gpu: FakeGpu, counter: int) -> int:
+        need(whole(t, gpu), "pcie_throughput")
+        time.sleep(PCIE_SAMPLE_S)
+        return gpu.pcie_tx_kbs if counter == real.NVML_PCIE_UTIL_TX_BYTES else gpu.pcie_rx_kbs
 
     @api
-    def nvmlDeviceGetTotalEccErrors(h: _Handle, error_type: int, counter_type: int) -> int:
-        need(h.gpu, "ecc")
-        return h.gpu.ecc_corrected if error_type == real.NVML_MEMORY_ERROR_TYPE_CORRECTED else h.gpu.ecc_uncorrected
+    def nvmlDeviceGetTotalEccErrors(t: Target, gpu: FakeGpu, error_type: int, counter_type: int) -> int:
+        need(whole(t, gpu), "ecc")
+        return gpu.ecc_corrected if error_type == real.NVML_MEMORY_ERROR_TYPE_CORRECTED else gpu.ecc_uncorrected
 
     @api
-    def nvmlDeviceGetRemappedRows(h: _Handle) -> tuple[int, int, int, int]:
-        need(h.gpu, "remapped_rows")
-        return h.gpu.remapped_rows
+    def nvmlDeviceGetRemappedRows(t: Target, gpu: FakeGpu) -> tuple[int, int, int, int]:
+        need(whole(t, gpu), "remapped_rows")
+        if gpu.mig_enabled:
+            fail(real.NVML_ERROR_NOT_SUPPORTED)  # "If MIG is enabled"
+        return gpu.remapped_rows
 
     @api
-    def nvmlDeviceGetFieldValues(h: _Handle, field_ids: list[Any]) -> Any:
+    def nvmlDeviceGetFieldValues(t: Target, gpu: FakeGpu, field_ids: list[Any]) -> Any:
         values = (real.c_nvmlFieldValue_t * len(field_ids))()
-        view = np.frombuffer(
-            memoryview(values), dtype=field_dtype(real.c_nvmlFieldValue_t)
-        )  # fill like C would: raw memory
+        view = np.frombuffer(memoryview(values), dtype=field_dtype(real.c_nvmlFieldValue_t))  # filled as C would
         requested = [r if isinstance(r, tuple) else (r, 0) for r in field_ids]
         ids = np.array([r[0] for r in requested], dtype=np.uint32)
         scopes = np.array([r[1] for r in requested], dtype=np.uint32)
         view["fieldId"], view["scopeId"] = ids, scopes
         view["nvmlReturn"] = real.NVML_ERROR_NOT_SUPPORTED
-        gpu = h.gpu
+        now_us = int(time.time() * 1e6)
+        view["timestamp"] = now_us
+        whole(t, gpu)
         if "memory_temp" not in gpu.unsupported:
             _set(view, ids == real.NVML_FI_DEV_MEMORY_TEMP, real.NVML_VALUE_TYPE_UNSIGNED_INT, "ui", gpu.mem_temp_c)
+        if "pcie_counters" not in gpu.unsupported:
+            elapsed_us = now_us - int(state["t0"] * 1e6) + 3_600 * 10**6  # the driver was loaded before us
+            for field_id, kbs in (
+                (real.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, gpu.pcie_tx_kbs),
+                (real.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, gpu.pcie_rx_kbs),
+            ):
+                count = kbs * 1024 * elapsed_us // 10**6
+                _set(view, ids == field_id, real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ull", count)
         if "nvlink" not in gpu.unsupported:
             _set(view, ids == real.NVML_FI_DEV_NVLINK_LINK_COUNT, real.NVML_VALUE_TYPE_UNSIGNED_INT, "ui", gpu.nvlinks)
-            on_link = scopes < gpu.nvlinks
+            answering = (scopes < gpu.nvlinks) & ~np.isin(scopes, list(gpu.failing_links))
+            links = np.arange(gpu.nvlinks, dtype=np.uint64)
             for field_id, base in (
                 (real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, gpu.nvlink_tx_kib),
                 (real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, gpu.nvlink_rx_kib),
             ):
-                _set(view, (ids == field_id) & on_link, real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ull", base + scopes)
+                asked = ids == field_id
+                _set(
+                    view,
+                    asked & answering,
+                    real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                    "ull",
+                    base + scopes.astype(np.uint64),
+                )
+                view["nvmlReturn"][asked & (scopes < gpu.nvlinks) & ~answering] = real.NVML_ERROR_UNKNOWN
+                if "nvlink_aggregate" not in gpu.unsupported:
+                    total = int((base + links).sum())  # "A scopeId of UINT_MAX returns aggregate value"
+                    _set(view, asked & (scopes == UINT_MAX), real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ull", total)
         return values
 
     @api
-    def nvmlDeviceGetNvLinkErrorCounter(h: _Handle, link: int, counter: int) -> int:
-        need(h.gpu, "nvlink")
-        if link >= h.gpu.nvlinks:
+    def nvmlDeviceGetNvLinkErrorCounter(t: Target, gpu: FakeGpu, link: int, counter: int) -> int:
+        need(whole(t, gpu), "nvlink")
+        if link >= gpu.nvlinks:
             fail(real.NVML_ERROR_INVALID_ARGUMENT)
-        return h.gpu.nvlink_errors.get(counter, 0)
+        if counter in gpu.nvlink_counters_unsupported:
+            fail(real.NVML_ERROR_NOT_SUPPORTED)
+        if link in gpu.failing_links:
+            fail(real.NVML_ERROR_UNKNOWN)
+        return gpu.nvlink_errors.get(counter, 0)
+
+    # --- GPU performance monitoring (Hopper and later) ---
 
     @api
-    def nvmlGpmQueryDeviceSupport(h: _Handle) -> Any:
+    def nvmlGpmQueryDeviceSupport(t: Target, gpu: FakeGpu) -> Any:
         support = real.c_nvmlGpmSupport_t()
         support.version = real.NVML_GPM_SUPPORT_VERSION
-        support.isSupportedDevice = 0 if "gpm" in h.gpu.unsupported else 1
+        support.isSupportedDevice = 0 if "gpm" in whole(t, gpu).unsupported else 1
         return support
 
     @api
@@ -269,76 +285,104 @@ def make_fake_pynvml(gpus: list[FakeGpu], *, library: bool = True, driver: bool 
         state["samples"].pop(_sample_key(sample), None)
 
     @api
-    def nvmlGpmSampleGet(h: _Handle, sample: Any) -> Any:
-        need(h.gpu, "gpm")
+    def nvmlGpmSampleGet(t: Target, gpu: FakeGpu, sample: Any) -> Any:
+        need(whole(t, gpu), "gpm")
         key = _sample_key(sample)
-        state["samples"][key] = (state["samples"][key][0], h.gpu)
+        state["samples"][key] = (state["samples"][key][0], gpu)
+        return sample
+
+    @api
+    def nvmlGpmMigSampleGet(t: Target, gpu: FakeGpu, gpu_instance_id: int, sample: Any) -> Any:
+        need(whole(t, gpu), "gpm")
+        if not gpu.mig_enabled:
+            fail(real.NVML_ERROR_NOT_SUPPORTED)
+        instance = next((m for m in gpu.mig_devices if m.gpu_instance_id == gpu_instance_id), None)
+        if instance is None:
+            fail(real.NVML_ERROR_NOT_FOUND)
+        key = _sample_key(sample)
+        state["samples"][key] = (state["samples"][key][0], instance)
         return sample
 
     @api
     def nvmlGpmMetricsGet(metrics_get: Any) -> Any:
         if metrics_get.version != real.NVML_GPM_METRICS_GET_VERSION:
             fail(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        gpu = state["samples"][_sample_key(metrics_get.sample2)][1]
-        if gpu is None or state["samples"][_sample_key(metrics_get.sample1)][1] is None:
+        source = state["samples"][_sample_key(metrics_get.sample2)][1]
+        if source is None or state["samples"][_sample_key(metrics_get.sample1)][1] is not source:
             fail(real.NVML_ERROR_INVALID_ARGUMENT)
         for i in range(metrics_get.numMetrics):
             metric = metrics_get.metrics[i]
             metric.nvmlReturn = real.NVML_SUCCESS
             if metric.metricId == real.NVML_GPM_METRIC_SM_UTIL:
-                metric.value = gpu.gpm_sm_util
+                metric.value = source.gpm_sm_util
             elif metric.metricId == real.NVML_GPM_METRIC_ANY_TENSOR_UTIL:
-                metric.value = gpu.gpm_tensor_util
+                metric.value = source.gpm_tensor_util
             else:
                 metric.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
         return metrics_get
 
+    # --- processes ---
+
     @api
-    def nvmlDeviceGetComputeRunningProcesses(h: _Handle) -> list[Any]:
+    def nvmlDeviceGetComputeRunningProcesses(t: Target, gpu: FakeGpu) -> list[Any]:
+        if isinstance(t, FakeMigDevice):
+            owners: list[tuple[list[int], FakeMigDevice | None]] = [(t.processes, t)]
+        elif gpu.mig_enabled and not gpu.privileged:
+            return fail(real.NVML_ERROR_NO_PERMISSION)
+        else:
+            owners = [(gpu.processes, None)] + [(m.processes, m) for m in gpu.mig_devices]
         out = []
-        for pid in h.gpu.processes:
-            info = real.c_nvmlProcessInfo_t()
-            info.pid, info.usedGpuMemory = pid, 1 * GIB
-            out.append(info)
+        for pids, mig in owners:
+            for pid in pids:
+                info = real.c_nvmlProcessInfo_t()
+                info.pid, info.usedGpuMemory = pid, 1 * GIB
+                info.gpuInstanceId = mig.gpu_instance_id if mig else 0xFFFFFFFF
+                info.computeInstanceId = mig.compute_instance_id if mig else 0xFFFFFFFF
+                out.append(real.nvmlStructToFriendlyObject(info))
         return out
 
-    @api
-    def nvmlEventSetCreate() -> Any:
-        return object()
+    register_mig_calls(api, handles)
+    fake.nvmlDeviceGetAttributes_v2 = fake.nvmlDeviceGetAttributes  # type: ignore[attr-defined]
+
+    # --- XID events ---
 
     @api
-    def nvmlDeviceRegisterEvents(h: _Handle, event_types: int, event_set: Any) -> None:
-        need(h.gpu, "events")
+    def nvmlEventSetCreate() -> FakeEventSet:
+        event_set = FakeEventSet()
+        state["event_sets"].append(event_set)
+        return event_set
 
     @api
-    def nvmlEventSetWait(event_set: Any, timeout_ms: int) -> Any:
-        try:
-            gpu, xid = state["events"].get(timeout=timeout_ms / 1000)
-        except queue.Empty:
-            fail(real.NVML_ERROR_TIMEOUT)
-        return _EventData(_Handle(gpu), real.nvmlEventTypeXidCriticalError, xid)
+    def nvmlDeviceRegisterEvents(t: Target, gpu: FakeGpu, event_types: int, event_set: FakeEventSet) -> None:
+        need(whole(t, gpu), "events")
+        event_set.register(gpu)
 
     @api
-    def nvmlEventSetFree(event_set: Any) -> None:
-        pass
+    def nvmlEventSetWait(event_set: FakeEventSet, timeout_ms: int) -> Any:
+        gpu, xid = event_set.wait(timeout_ms)
+        return event_data(handles.handle(gpu, gpu), xid)
+
+    fake.nvmlEventSetWait_v2 = nvmlEventSetWait  # type: ignore[attr-defined]
+
+    @api
+    def nvmlEventSetFree(event_set: FakeEventSet) -> None:
+        event_set.free()
+        state["event_sets"].remove(event_set)
 
     def raise_xid(gpu: FakeGpu, xid: int) -> None:
-        """Test hook: the driver reports XID `xid` on `gpu`."""
-        state["events"].put((gpu, xid))
+        """Test hook: the driver reports XID `xid` (999: one it could not identify) on `gpu`."""
+        for event_set in state["event_sets"]:
+            event_set.post(gpu, xid)
+
+    def lose(gpu: FakeGpu) -> None:
+        """Test hook: `gpu` falls off the bus now (waiting event sets notice at once)."""
+        gpu.lost = True
+        for event_set in state["event_sets"]:
+            event_set.wake()
 
     fake.raise_xid = raise_xid  # type: ignore[attr-defined]
+    fake.lose = lose  # type: ignore[attr-defined]
     return fake
-
-
-@dataclass
-class _EventData:
-    """Shaped like c_nvmlEventData_t; `device` is a handle the other calls accept."""
-
-    device: _Handle
-    eventType: int
-    eventData: int
-    gpuInstanceId: int = 0
-    computeInstanceId: int = 0
 
 
 def _set(view: np.ndarray, where: np.ndarray, value_type: int, member: str, value: Any) -> None:
@@ -349,11 +393,3 @@ def _set(view: np.ndarray, where: np.ndarray, value_type: int, member: str, valu
 
 def _sample_key(sample: Any) -> int:
     return int(ctypes.cast(sample, ctypes.POINTER(ctypes.c_uint64)).contents.value)
-
-
-def h100_node(gpus: int = 8) -> list[FakeGpu]:
-    """A healthy 8-GPU Hopper node."""
-    return [
-        FakeGpu(uuid=f"GPU-00000000-0000-4000-8000-{i:012d}", bus_id=f"00000000:{0x18 + 0x11 * i:02X}:00.0")
-        for i in range(gpus)
-    ]

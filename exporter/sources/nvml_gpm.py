@@ -1,0 +1,62 @@
+"""SM and tensor-pipe activity from GPU Performance Monitoring (Hopper and later): two samples of one
+GPU, or of one MIG GPU instance, make a reading; the first sample only primes the pair."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+KEYS = ("sm_active_pct", "tensor_active_pct")
+
+
+def metrics_request(nvml: ModuleType) -> Any:
+    """One request, reused by every pair of a device: the structure holds room for every GPM metric and
+    is costly to build. Pairs fill in their samples just before each call."""
+    request = nvml.c_nvmlGpmMetricsGet_t()
+    request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = 2
+    request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
+    request.metrics[1].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    return request
+
+
+class GpmPair:
+    def __init__(self, nvml: ModuleType, request: Any, take_sample: Callable[[Any], object]) -> None:
+        self._nvml = nvml
+        self._request = request
+        self._take_sample = take_sample  # e.g. nvmlGpmSampleGet(handle, sample)
+        self._samples = [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()]
+        self._primed = False
+
+    def read(self) -> dict[str, float]:
+        """Activity since the previous read, in percent; {} on the first read."""
+        nvml = self._nvml
+        previous, current = self._samples
+        self._take_sample(current)
+        out: dict[str, float] = {}
+        if self._primed:
+            request = self._request
+            request.sample1, request.sample2 = previous, current
+            nvml.nvmlGpmMetricsGet(request)
+            for metric, key in zip(request.metrics[:2], KEYS, strict=True):
+                if metric.nvmlReturn == nvml.NVML_SUCCESS:
+                    out[key] = min(100.0, max(0.0, float(metric.value)))
+        self._samples = [current, previous]
+        self._primed = True
+        return out
+
+    def reset(self) -> None:
+        """Start over: the GPU went away, so the older sample no longer pairs with the next."""
+        self._primed = False
+
+    def free(self) -> None:
+        for sample in self._samples:
+            try:
+                self._nvml.nvmlGpmSampleFree(sample)
+            except self._nvml.NVMLError as exc:
+                log.debug("nvmlGpmSampleFree: %s", exc)
+        self._samples = []
