@@ -20,7 +20,9 @@ from gpuscope.bench.workloads import (
     _common,
     _engine,
     generate,
+    moe_fsdp,
 )
+from gpuscope.bench.workloads._gpu import IDLE, SPIN, Fleet, electrical
 
 SMALL = 20_000  # ranks x samples per test case
 
@@ -178,3 +180,108 @@ def test_waiting_looks_like_the_framework(small: None, family: str) -> None:
         assert peer_util > 95
     else:
         assert peer_util < np.nanmean(tel["util_pct"][rank, during]) - 5
+
+
+# ---------------------------------------------------------------------------------------------------------
+# moe_fsdp: the physics of the mixture-of-experts step
+
+
+def _moe(seed: int) -> tuple[moe_fsdp.Moe, Fleet, moe_fsdp.State]:
+    m, fleet, _ = moe_fsdp.draw(_common.rng_for(moe_fsdp.FAMILY, seed))
+    return m, fleet, moe_fsdp.state(m, electrical(fleet), fleet)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_moe_load_imbalance_is_bounded_and_costs_time(seed: int) -> None:
+    """Tokens are conserved within an EP group (the loads only move between its ranks), a capacity factor
+    caps every rank's load, the per-layer barriers make imbalance cost time, more the wider it is."""
+    m, fleet, base = _moe(seed)
+    elec = electrical(fleet)
+    raw = (m.bias[None, :] + m.nu * m.z).reshape(moe_fsdp.N_MC, m.nodes // m.g, -1)
+    assert np.allclose(raw.mean(axis=2), 1.0)
+    lam = m.loads()
+    assert lam.max() <= m.cap and lam.min() >= moe_fsdp.LAM_MIN
+    assert np.mean(lam.max(axis=1)) <= min(m.cap, m.bias.max() + 4 * m.nu)
+    balanced = moe_fsdp.state(m, elec, fleet, nu=0.0, bias=np.ones(m.ranks)).plan.S
+    assert balanced <= base.plan.S
+    if not np.isfinite(m.cap):  # dropless: a wider spread only costs more (with a cap, more is dropped)
+        assert base.plan.S <= moe_fsdp.state(m, elec, fleet, nu=2 * m.nu).plan.S
+    else:  # the capacity factor bounds what any spread can cost
+        wild = moe_fsdp.state(m, elec, fleet, nu=10.0).plan.S
+        assert wild <= balanced + m.L * (1 + m.kappa) * m.e0 * m.cap / float(np.min(elec.speed)) * 1.02
+    # every rank's step adds up, and the waits are spin (NCCL kernels), not idle
+    secs = base.secs
+    assert np.allclose(secs.sum(axis=1), base.plan.S)
+    assert np.all(secs[:, SPIN] > 0) and np.all(secs[:, IDLE] < 0.05 * base.plan.S)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_moe_all_to_all_on_every_port(seed: int) -> None:
+    """Every node's NIC carries the dispatch and combine of every layer, forward and backward, plus its
+    share of the FSDP gathers and reduce-scatters; the all-to-all's incast makes every port wait a little."""
+    m, _, base = _moe(seed)
+    assert np.all(base.port_bytes >= 4 * m.L * m.a2a_bytes * (1 + moe_fsdp.LAM_MIN) / 2)
+    assert np.all(base.port_bytes >= (2 * m.L - 1) * m.ag_bytes)
+    assert np.all(base.port_wait > 0)
+    assert base.port_bytes.max() < 1.3 * base.port_bytes.min()
+
+
+def test_moe_ports_in_telemetry(small: None) -> None:
+    case = generate("moe_fsdp", _seeds("moe_fsdp")[0])
+    rate = np.diff(case.telemetry["xmit_bytes"], axis=1) / case.sample_s
+    steady = np.isfinite(case.step_s[1:]) & np.isfinite(case.step_s[:-1])
+    per_port = np.nanmedian(rate[:, steady], axis=1)
+    assert np.all(per_port > 1e8)  # far above the background, on every port
+    assert per_port.min() > 0.7 * per_port.max()
+
+
+def test_moe_slow_gpu_makes_everyone_spin(small: None) -> None:
+    """A GPU made slow computes longer (more tensor activity, lower clock); its peers wait in NCCL's
+    all-to-all and gather kernels, spinning at full utilisation."""
+    case = _find("moe_fsdp", "power_cap")
+    rank, peers, during = _culprit_and_peers(case)
+    tel = case.telemetry
+    assert np.nanmean(tel["tensor_active_pct"][rank, during]) > np.nanmean(tel["tensor_active_pct"][peers][:, during])
+    assert np.nanmean(tel["sm_clock_mhz"][rank, during]) < np.nanmean(tel["sm_clock_mhz"][peers][:, during])
+    assert np.nanmean(tel["util_pct"][peers][:, during]) > 95
+
+
+def test_moe_slow_nic_shows_on_its_port(small: None) -> None:
+    """A downtrained link reports its lower rate; a congested port waits for credits more than any other."""
+    case = _find("moe_fsdp", "slow_nic")
+    (fault,) = case.faults
+    assert fault.port is not None
+    during = (case.times > fault.onset_s + 2 * case.sample_s) & (case.times < fault.end_s)
+    rate = case.telemetry["rate_gbps"]
+    if "trained" in fault.detail:
+        assert np.nanmax(rate[fault.port, during]) < np.nanmin(np.delete(rate, fault.port, axis=0)[:, during])
+    else:
+        wait = np.diff(case.telemetry["xmit_wait"], axis=1)[:, during[1:]]
+        per_port = np.nanmean(wait, axis=1)
+        assert int(np.argmax(per_port)) == fault.port
+
+
+def test_moe_hot_expert_is_not_a_fault(small: None) -> None:
+    """A hot expert for some minutes: its ranks compute more than before, everyone else waits, the step
+    slows, and all of it is in the clean step time (no fault, no slowdown)."""
+    for seed in range(64):
+        if _common.design("moe_fsdp", seed) is not None:
+            continue
+        case = generate("moe_fsdp", seed)
+        windows = case.params["hot_experts"]
+        assert isinstance(windows, list)
+        for start, end, ranks, _ in windows:
+            during = (case.times - case.sample_s >= start) & (case.times <= end) & np.isfinite(case.step_s)
+            before = (case.times < start) & (case.times > start - 1800) & np.isfinite(case.step_s)
+            others = [w for w in windows if w[0] != start]
+            if during.sum() < 3 or before.sum() < 10 or any(w[0] < end + 1800 and start - 1800 < w[1] for w in others):
+                continue
+            assert case.faults == [] and "hot_expert" in case.decoys
+            assert np.nanmean(case.clean_step_s[during]) > np.nanmean(case.clean_step_s[before])
+            tensor = case.telemetry["tensor_active_pct"]
+            rest = np.setdiff1d(np.arange(case.ranks), ranks)
+            gain = np.nanmean(tensor[ranks][:, during]) / np.nanmean(tensor[ranks][:, before])
+            gain_rest = np.nanmean(tensor[rest][:, during]) / np.nanmean(tensor[rest][:, before])
+            assert gain > gain_rest
+            return
+    raise AssertionError("no isolated hot expert among the first 64 clean seeds")

@@ -9,7 +9,8 @@ synchronous training behaves, independently of `exporter.sim.training` and of th
 - `pipeline`: 1F1B pipeline parallel with tensor parallel inside the node, bubbles and unequal stages;
 - `grad_accum`: k micro-steps of compute, one all-reduce every k;
 - `startup_and_pauses`: data parallel with a realistic start, checkpoints, evaluation and loader stalls;
-- `rail`: rail-optimised nodes (one NIC per GPU); a slow NIC slows one rail's ring.
+- `rail`: rail-optimised nodes (one NIC per GPU); a slow NIC slows one rail's ring;
+- `moe_fsdp`: mixture of experts with FSDP sharding and expert parallelism: all-to-alls every layer, uneven loads.
 
 The shared measurement layer (how a step becomes NVML/DCGM samples and InfiniBand counters) lives in
 `_engine`; the GPU's electrical model (clocks, power limit, thermal limit) in `_gpu`; each family's
@@ -31,7 +32,7 @@ import numpy as np
 if TYPE_CHECKING:
     from gpuscope.exporter.sim.training import Telemetry
 
-FAMILIES = ("spin_dp", "yield_dp", "pipeline", "grad_accum", "startup_and_pauses", "rail")
+FAMILIES = ("spin_dp", "yield_dp", "pipeline", "grad_accum", "startup_and_pauses", "rail", "moe_fsdp")
 FAULT_KINDS = ("thermal", "power_cap", "slow_nic", "slow_host")
 TARGET_SLOWDOWNS = (0.05, 0.1, 0.2, 0.5)
 GPU_KEYS = (
