@@ -351,6 +351,31 @@ def fault_modes(rng: np.random.Generator) -> Callable[[str], list[tuple[str, lis
     return modes
 
 
+def attach_any_fault(
+    job: Job,
+    model: Any,
+    fleet: Fleet,
+    target: float,
+    duration: float,
+    clean_step_s: float,
+    fault_state: Callable[..., tuple[StepPlan, Electrical]],
+) -> None:
+    """A fault of any kind, equally likely, on a random GPU, node or port of a model with one port per
+    node (`nodes`, `gpn`): the choice families other than data parallel make the same way."""
+    rng = job.rng
+
+    def locate(kind: str) -> tuple[int, ...]:
+        node = int(rng.integers(model.nodes))
+        return (node, node) if kind == "slow_nic" else (node, int(rng.integers(model.gpn)))
+
+    def slowdown_of(kind: str, where: tuple[int, ...], x: float, mode: str) -> float:
+        return fault_state(model, fleet, kind, where, x, mode)[0].S / clean_step_s - 1
+
+    weights = {"thermal": 1.0, "power_cap": 1.0, "slow_nic": 1.0, "slow_host": 1.0}
+    choice = pick_fault(rng, target, weights, locate, slowdown_of, fault_modes(rng))
+    attach_fault(job, model, fleet, choice, target, duration, 600.0, fault_state=fault_state)
+
+
 def attach_fault(
     job: Job,
     dp: Any,

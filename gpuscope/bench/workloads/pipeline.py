@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscope.bench.workloads import Case
-from gpuscope.bench.workloads._common import design, draw_duration, log_uniform_int, pick_fault, rng_for
-from gpuscope.bench.workloads._dp import _init, attach_fault, fault_modes
+from gpuscope.bench.workloads._common import design, draw_duration, log_uniform_int, rng_for
+from gpuscope.bench.workloads._dp import _init, attach_any_fault
 from gpuscope.bench.workloads._engine import Job, StepPlan, onehot, plan, render, sample_grid
 from gpuscope.bench.workloads._gpu import (
     COMPUTE,
@@ -298,15 +298,5 @@ def generate(seed: int) -> Case:
         },
     )
     if target is not None:
-        weights = {"thermal": 1.0, "power_cap": 1.0, "slow_nic": 1.0, "slow_host": 1.0}
-
-        def locate(kind: str) -> tuple[int, ...]:
-            node = int(rng.integers(pp.nodes))
-            return (node, node) if kind == "slow_nic" else (node, int(rng.integers(pp.gpn)))
-
-        def slowdown_of(kind: str, where: tuple[int, ...], x: float, mode: str) -> float:
-            return fault_state(pp, fleet, kind, where, x, mode)[0].S / clean.S - 1
-
-        choice = pick_fault(rng, target, weights, locate, slowdown_of, fault_modes(rng))
-        attach_fault(job, pp, fleet, choice, target, duration, 600.0, fault_state=fault_state)
+        attach_any_fault(job, pp, fleet, target, duration, clean.S, fault_state)
     return render(job)
