@@ -19,6 +19,7 @@ from gpuscope.alerts import views
 from gpuscope.alerts.config import parse_notify_config
 from gpuscope.alerts.engine import AlertEngine
 from gpuscope.alerts.rules import default_rules_text, parse_rules
+from gpuscope.bench.fleet_db import create_fleet
 from gpuscope.collector.store import partitions, rollups
 from gpuscope.collector.store.copy_binary import CopyColumn, encode
 from gpuscope.collector.store.migrate import migrate
@@ -88,21 +89,7 @@ def _load(dsn: str, now: datetime) -> int:
     stamps = np.arange((now - timedelta(minutes=MINUTES)).timestamp(), now.timestamp(), STEP_S) + STEP_S
     gpus, ports = NODES * GPUS_PER_NODE, NODES * PORTS_PER_NODE
     with psycopg.connect(dsn) as conn:
-        conn.execute(
-            "INSERT INTO node (cluster, name, rack) SELECT 'bench', 'node-' || lpad(n::text, 4, '0'),"
-            " 'rack-' || lpad((n / 16)::text, 3, '0') FROM generate_series(0, %s) n",
-            (NODES - 1,),
-        )
-        conn.execute(
-            "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id) SELECT node_id, g,"
-            " 'GPU-' || node_id || '-' || g, 'H100', '-' FROM node, generate_series(0, %s) g ORDER BY node_id, g",
-            (GPUS_PER_NODE - 1,),
-        )
-        conn.execute(
-            "INSERT INTO ib_port (node_id, device, port) SELECT node_id, 'mlx5_' || p, 1"
-            " FROM node, generate_series(0, %s) p ORDER BY node_id, p",
-            (PORTS_PER_NODE - 1,),
-        )
+        create_fleet(conn, NODES, GPUS_PER_NODE, PORTS_PER_NODE)
         conn.commit()
 
         async def make_partitions() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from gpuscope.bench.fleet_db import create_fleet
 from gpuscope.collector.store import partitions
 from gpuscope.collector.store.copy_binary import CopyColumn, encode
 from gpuscope.collector.store.migrate import migrate
@@ -72,17 +73,7 @@ async def _measure(dsn: str, now: datetime, rng: np.random.Generator) -> dict[st
 
 
 def _create(conn: psycopg.Connection[Any], dsn: str, start: datetime, end: datetime) -> None:
-    conn.execute(
-        "INSERT INTO node (cluster, name, rack) SELECT 'bench', 'node-' || lpad(n::text, 4, '0'),"
-        " 'rack-' || lpad((n / 16)::text, 3, '0') FROM generate_series(0, %s) n",
-        (NODES - 1,),
-    )
-    conn.execute(
-        "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id) SELECT node_id, g,"
-        " 'GPU-' || node_id || '-' || g, 'H100', '-' FROM node, generate_series(0, %s) g ORDER BY node_id, g",
-        (GPUS_PER_NODE - 1,),
-    )
-    conn.execute("INSERT INTO ib_port (node_id, device, port) SELECT node_id, 'mlx5_0', 1 FROM node ORDER BY node_id")
+    create_fleet(conn, NODES, GPUS_PER_NODE, ports_per_node=1)
     conn.execute(
         "INSERT INTO job_allocation (job_id, username, node_id, gpu_id, started_at, last_seen)"
         " SELECT 'job-' || ((node_id - 1) / %s), 'bench', node_id, gpu_id, %s, %s FROM gpu",
