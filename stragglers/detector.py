@@ -1,25 +1,28 @@
 """Straggler detection in one running job, from telemetry alone, one sample interval at a time.
 
 Utilisation cannot find a straggler (ranks waiting in NCCL read ~100%), so the detector watches what
-waiting changes: each GPU's tensor activity relative to the job's median (its "share of the work"),
-the job's median activity against its own past (how much slower the whole job got), each node's GPU
-utilisation (idle outside kernels: a stalled host), and each node's NIC transmit waits and link rate.
+waiting changes: each GPU's tensor activity relative to the job's (its "share of the work"), the job's
+median activity against its own past (how much slower the whole job got), the bytes the job sends per
+second (a second route to the same slowdown), each node's GPU utilisation (idle outside kernels: a
+stalled host), and each InfiniBand port's transmit waits and link rate.
 
-- Peers and past: every ratio is compared with the same rank's slow baseline, so a permanently heavier
-  role (the last pipeline stage) is its normal, not a straggler.
-- Every normal (the job's activity, each rank's share, each node's utilisation and transmit waits) is
-  the median over the last `window_s` of healthy running, not a long average from the first sample: a
-  job that starts slowly (compilation, data loading, warm-up, nodes spinning at the first collective)
-  would otherwise leave its normals far from its steady state for tens of minutes, so that a real
-  slowdown reads as none and start-up noise as a fault. The median also shrugs off the first minute of
-  a fault before it is declared. The slowdown reported is the median of the estimates while active.
+- Peers and past: every ratio is compared with the same rank's (node's, port's) own normal, so a
+  permanently heavier role (the last pipeline stage) is its normal, not a straggler.
+- Every normal is the median of 30 s means over the last `window_s` of healthy running, not a long
+  average from the first sample: a job that starts slowly (compilation, data loading, warm-up) would
+  otherwise leave its normals far from its steady state, so that a real slowdown reads as none. Means
+  first, because the current estimate is a mean: single samples shorter than a step are skewed, and
+  their median is not their mean's. The median shrugs off the first minute of a fault before it is
+  declared. The slowdown reported is the median of the estimates while active.
 - Evidence is weighed most specific first: a GPU doing more than its share while its clock is held
-  down for a named reason (thermal, power cap) outranks waits on a port, which any slowdown of the job
-  moves (a NIC is blamed when its port stands out and no GPU explains the slowdown).
-- Phases all ranks go through together (checkpoints, evaluation, start-up) are gated out: samples where
-  the job's median activity collapses are skipped, and nothing is declared in the warm-up.
+  down for a named reason (thermal, power cap), then a port whose link trained down, then a port whose
+  waits rose while its peers' did not, then a starved host, then a GPU over its share for no stated
+  reason.
+- Phases all ranks go through together (checkpoints, evaluation, loader stalls, start-up) are gated out
+  on the job's fast average, with a hold-off while it climbs back; traffic that contradicts the
+  activity (up while activity is down, or stopped) marks a phase too. Nothing is declared in warm-up.
 - Verification: a candidate is declared only while the job itself is measurably slower, and only after
-  it persisted; baselines are frozen while a straggler is active so a long one does not become normal.
+  it persisted; normals stand still while a straggler is active so a long one does not become normal.
 """
 
 from __future__ import annotations
