@@ -25,21 +25,32 @@ class Event:
 
 
 class EventTracker:
-    """Remembers the previous snapshot's XID counts and up states of each GPU (by UUID)."""
+    """Remembers the previous snapshot's XID counts and up state of each GPU.
+
+    GPUs are followed by index, which names the same GPU for the life of the exporter: a GPU that could
+    not be opened at start has no UUID yet (""), and when it opens its "gpu_recovered" must follow. A
+    different UUID at an index whose UUID was known is another GPU, followed afresh.
+    """
 
     def __init__(self) -> None:
-        self._xids: dict[str, dict[int, int]] = {}
-        self._up: dict[str, bool] = {}
+        self._xids: dict[int, dict[int, int]] = {}
+        self._up: dict[int, bool] = {}
+        self._uuids: dict[int, str] = {}
 
     def observe(self, snapshot: Snapshot) -> list[Event]:
         events = []
         for reading in snapshot.gpus:
             uuid, index = reading.gpu.uuid, reading.gpu.index
-            was_up = self._up.get(uuid)
+            if uuid:
+                if self._uuids.get(index, uuid) != uuid:
+                    self._up.pop(index, None)
+                    self._xids.pop(index, None)
+                self._uuids[index] = uuid
+            was_up = self._up.get(index)
             if was_up is not None and was_up != reading.up:
                 events.append(Event(snapshot.ts, index, GPU_RECOVERED if reading.up else GPU_LOST))
-            self._up[uuid] = reading.up
-            seen = self._xids.setdefault(uuid, {})
+            self._up[index] = reading.up
+            seen = self._xids.setdefault(index, {})
             for code, count in sorted(reading.xid_counts.items()):
                 new = count - seen.get(code, 0)
                 if new > 0:

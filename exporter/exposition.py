@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpuscope.exporter.catalog import MetricSpec, metrics_for
 from gpuscope.exporter.dcgm_compat import dcgm_families
-from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.snapshot import UNKNOWN_XID, Snapshot
 from gpuscope.exporter.textformat import Family, label_block, negotiate, render
 
 # Where the latest snapshot is read from: the sampler's attribute, or a fixed one in tests.
@@ -55,7 +55,9 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[Family]:
     up = Family("gpuscope_gpu_up", "gauge", "1 if the GPU answered this cycle")
     info = Family("gpuscope_gpu_info", "gauge", "GPU identity")
     xids = Family(
-        "gpuscope_gpu_xid_errors", "counter", "XID errors reported by the driver since the exporter started, by code"
+        "gpuscope_gpu_xid_errors",
+        "counter",
+        "XID errors reported by the driver since the exporter started, by code (unknown: not identified)",
     )
     gpu_labels = []
     for reading in snapshot.gpus:
@@ -68,7 +70,7 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[Family]:
             1,
         )
         for xid, count in sorted(reading.xid_counts.items()):
-            xids.add(labels[:-1] + f',xid="{xid}"}}', count)
+            xids.add(labels[:-1] + f',xid="{_xid_label(xid)}"}}', count)
     yield up
     yield info
     if snapshot.jobs is not None:
@@ -94,6 +96,12 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[Family]:
         yield family
     yield xids
     yield from _mig_families(snapshot, gpu_labels)
+
+
+def _xid_label(code: int) -> str:
+    """The XID as Prometheus shows it: its number, or "unknown" for one the driver could not identify
+    (NVML's 999, counted under UNKNOWN_XID; the collector stores it as code 0)."""
+    return "unknown" if code == UNKNOWN_XID else str(code)
 
 
 def _job_family(snapshot: Snapshot) -> Family:

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpuscope.exporter.jobs.base import JobSource
+from gpuscope.exporter.jobs.base import JobSource, MigJobSource
 from gpuscope.exporter.snapshot import GpuReading, JobInfo, Snapshot
 from gpuscope.exporter.sources.base import Source
 
@@ -36,13 +36,23 @@ class Sampler:
         self._subscribers = subscribers
         self._clock = clock
         self._jobs = jobs
+        # Attribution that tells the MIG devices of a GPU apart (Slurm); None: only whole GPUs (the simulator).
+        self._mig_jobs = jobs if isinstance(jobs, MigJobSource) else None
 
     def sample_once(self, now: float | None = None) -> Snapshot:
         ts = self._clock() if now is None else now
         started = time.perf_counter()
         gpus, ports = self.source.read(ts)
         jobs = self._assign_jobs(gpus, ts)
-        snapshot = Snapshot(ts=ts, gpus=gpus, ports=ports, sample_seconds=time.perf_counter() - started, jobs=jobs)
+        mig_jobs = self._assign_mig_jobs(gpus, ts)
+        snapshot = Snapshot(
+            ts=ts,
+            gpus=gpus,
+            ports=ports,
+            sample_seconds=time.perf_counter() - started,
+            jobs=jobs,
+            mig_jobs=mig_jobs,
+        )
         self.latest = snapshot  # a single reference swap: readers see the old or the new, never half
         self.cycles += 1
         for subscriber in self._subscribers:
@@ -56,6 +66,16 @@ class Sampler:
             return self._jobs.assign(tuple(r.gpu for r in gpus), ts)
         except Exception:  # attribution is an extra: a bug there must not stop the telemetry
             log.exception("job attribution failed this cycle")
+            return None
+
+    def _assign_mig_jobs(self, gpus: tuple[GpuReading, ...], ts: float) -> dict[str, JobInfo] | None:
+        if self._mig_jobs is None:
+            return None
+        migs = {r.gpu.index: tuple(m.uuid for m in r.mig) for r in gpus if r.mig}
+        try:
+            return self._mig_jobs.assign_mig(migs, ts)
+        except Exception:  # as for whole GPUs: the telemetry goes on without it
+            log.exception("MIG job attribution failed this cycle")
             return None
 
     def run(self, stop: threading.Event) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # The xid_counts key for XID errors the driver could not identify (NVML's eventData 999). Real XID
-# codes start at 1, so 0 names no real XID; Prometheus shows it as xid="0" and the collector as code 0.
+# codes start at 1, so 0 names no real XID; Prometheus shows it as xid="unknown" and the collector as code 0.
 UNKNOWN_XID = 0
 
 

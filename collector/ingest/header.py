@@ -160,8 +160,14 @@ def _gpus(items: list[Any]) -> tuple[GpuInfo, ...]:
         if index in seen:
             raise IngestError(422, (*loc, "index"), f"GPU index {index} listed twice")
         seen.add(index)
-        gpus.append(GpuInfo(index, name(item, "uuid", loc), name(item, "model", loc), name(item, "pci_bus_id", loc)))
+        gpus.append(GpuInfo(index, *(_known_or_empty(item, key, loc) for key in ("uuid", "model", "pci_bus_id"))))
     return tuple(gpus)
+
+
+def _known_or_empty(obj: dict[str, Any], key: str, loc: Loc) -> str:
+    """A GPU's uuid, model or pci_bus_id: "" when the exporter does not know it (a GPU it could not open),
+    which the writer reads as "keep what is stored"; else 1-128 printable characters."""
+    return "" if obj.get(key) == "" else name(obj, key, loc)
 
 
 def _ports(items: list[Any]) -> tuple[PortInfo, ...]:

@@ -182,8 +182,11 @@ async def _gpu_ids(
         cur = await conn.execute(
             "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id)"
             " SELECT %s, * FROM unnest(%s::smallint[], %s::text[], %s::text[], %s::text[])"
+            # "" is an identity the exporter does not know (a GPU it could not open): keep what is stored
             " ON CONFLICT (node_id, gpu_index) DO UPDATE"
-            " SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, pci_bus_id = EXCLUDED.pci_bus_id"
+            " SET uuid = COALESCE(NULLIF(EXCLUDED.uuid, ''), gpu.uuid),"
+            "  model = COALESCE(NULLIF(EXCLUDED.model, ''), gpu.model),"
+            "  pci_bus_id = COALESCE(NULLIF(EXCLUDED.pci_bus_id, ''), gpu.pci_bus_id)"
             " RETURNING gpu_index, gpu_id",
             (
                 node_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpuscope.exporter.jobs.base import JobSource
 from gpuscope.exporter.jobs.slurm import DEFAULT_CGROUP_ROOT, SlurmJobs
@@ -22,14 +23,16 @@ def open_jobs(
     if mode == "auto" and not any(path.is_dir() for path in slurm_signs):
         log.info("jobs: no Slurm on this node (%s); no job attribution", ", ".join(map(str, slurm_signs)))
         return None
-    pids_of = _running_pids(source)
+    pids_of: Callable[[int], list[int]] | None = _method(source, "running_pids")
+    mig_pids_of: Callable[[int], dict[str, list[int]]] | None = _method(source, "mig_running_pids")
     log.info("jobs: Slurm (mapping files in %s%s)", mapping_dir, ", NVML processes" if pids_of else "")
-    return SlurmJobs(mapping_dir, pids_of=pids_of, cgroup_root=cgroup_root)
+    return SlurmJobs(mapping_dir, pids_of=pids_of, cgroup_root=cgroup_root, mig_pids_of=mig_pids_of)
 
 
-def _running_pids(source: Source) -> Callable[[int], list[int]] | None:
+def _method(source: Source, name: str) -> Any | None:
+    """The source's (or one of its parts') bound method `name`, if it has one."""
     for part in getattr(source, "parts", (source,)):
-        running_pids = getattr(part, "running_pids", None)
-        if running_pids is not None:
-            return running_pids
+        method = getattr(part, name, None)
+        if method is not None:
+            return method
     return None

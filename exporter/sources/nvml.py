@@ -41,8 +41,10 @@ def load_pynvml() -> ModuleType:
 
 
 def unopened(index: int) -> GpuIdentity:
-    """What is known of a GPU NVML counts but could not open: its index."""
-    return GpuIdentity(index=index, uuid=f"unknown-gpu-{index}", model="unknown", pci_bus_id="unknown")
+    """What is known of a GPU NVML counts but could not open: its index. The rest is empty, which the
+    ingest format reads as "not known" (docs/ingest-format.md): the collector keeps the identity it
+    stored for that GPU rather than overwriting it, and Prometheus treats an empty label as absent."""
+    return GpuIdentity(index=index, uuid="", model="", pci_bus_id="")
 
 
 class NvmlSource:
