@@ -1,7 +1,13 @@
-"""Pure functions from query results to Plotly figures (tests call them directly)."""
+"""Pure functions from query results to Plotly figures (tests call them directly).
+
+Every string a figure shows goes through `plain()` first. Plotly renders a subset of HTML in text,
+hover text, tick labels, legend names, annotations and titles (`<a href>` is a link, `<b>` bold), and
+fills `%{...}` in hover templates; names come from exporters, the scheduler and the URL, so a rack called
+`<a href=...>` would otherwise be a link on the page. Plain text stays plain only through plain()."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +30,18 @@ METRICS = {
 }
 
 
+def plain(text: object) -> str:
+    """`text` as Plotly should show it, literally: & < > as the entities Plotly decodes for display (not
+    &quot;, which it would show as such), and the brace of `%{` as one, so a hover template does not fill
+    it. Labels that travel back in click data (heatmap rows) come back escaped: see `unplain()`."""
+    return html.escape(str(text), quote=False).replace("%{", "%&#123;")
+
+
+def unplain(text: str) -> str:
+    """The name behind a label made by `plain()` (what a click on a figure reports)."""
+    return html.unescape(text)
+
+
 @dataclass(frozen=True)
 class Mark:
     """A row to point out on a heatmap (a straggler), with what to say about it."""
@@ -39,10 +57,10 @@ def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height
         return message_figure("No data yet: no GPU reported in this range.")
     # Plotted bottom-up, so the first rack comes out on top. Not autorange "reversed": Plotly rewrites
     # that value internally, so each refresh looked like a new figure and reset the user's zoom.
-    labels = [row.label for row in reversed(grid.rows)]
+    labels = [plain(row.label) for row in reversed(grid.rows)]
     top = len(labels) - 1
     percent = grid.metric.endswith("_pct")
-    title = METRICS.get(grid.metric, grid.metric)
+    title = plain(METRICS.get(grid.metric, grid.metric))
     per = {"gpu": "GPU", "node": "node (mean of its GPUs)", "rack": "rack (mean of its GPUs)"}[grid.level]
     shapes: list[dict[str, Any]] = [
         {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": top - b + 0.5, "y1": top - b + 0.5,
@@ -54,7 +72,7 @@ def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height
         y = top - mark.row
         shapes.append({"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": y - 0.5, "y1": y + 0.5,
                        "line": {"color": "#d32f2f", "width": 3}, "fillcolor": "rgba(0,0,0,0)"})  # fmt: skip
-        annotations.append({"xref": "paper", "x": 1, "xanchor": "right", "y": y, "text": mark.text,
+        annotations.append({"xref": "paper", "x": 1, "xanchor": "right", "y": y, "text": plain(mark.text),
                             "showarrow": False, "font": {"color": "white"}, "bgcolor": "#d32f2f"})  # fmt: skip
     heatmap = {
         "type": "heatmap",
@@ -92,10 +110,10 @@ def rack_power_figure(data: RackPower, revision: str) -> go.Figure:
             go.Scatter(
                 x=data.times,
                 y=nan_to_none(watts / 1000.0),
-                name=rack,
+                name=plain(rack),
                 mode="lines",
                 stackgroup="racks",
-                hovertemplate=f"{rack}<br>%{{x}}<br>%{{y:.1f}} kW<extra></extra>",
+                hovertemplate="%{fullData.name}<br>%{x}<br>%{y:.1f} kW<extra></extra>",  # the name, escaped
             )
             for rack, watts in zip(data.racks, data.watts, strict=True)
         ]
@@ -125,14 +143,14 @@ def budget_figure(racks: list[str], current_kw: list[float | None], budget_kw: l
     figure = go.Figure(
         [
             go.Bar(
-                x=racks,
+                x=[plain(rack) for rack in racks],
                 y=current_kw,
                 name="now",
                 marker_color=colours,
                 hovertemplate="%{x}<br>%{y:.1f} kW now<extra></extra>",
             ),
             go.Scatter(
-                x=racks,
+                x=[plain(rack) for rack in racks],
                 y=budget_kw,
                 name="budget",
                 mode="markers",
@@ -169,7 +187,7 @@ def series_figure(data: Series, metrics: Sequence[str], revision: str) -> go.Fig
         axis = "y" if panel == 1 else f"y{panel}"
         low, high = 1 - panel / panels + gap / 2, 1 - (panel - 1) / panels - gap / 2
         layout["yaxis" if panel == 1 else f"yaxis{panel}"] = {"domain": [max(low, 0), min(high, 1)], "anchor": "x"}
-        layout["annotations"].append({"text": METRICS.get(metric, metric), "xref": "paper", "yref": "paper",
+        layout["annotations"].append({"text": plain(METRICS.get(metric, metric)), "xref": "paper", "yref": "paper",
                                       "x": 0.5, "y": high, "yanchor": "bottom", "showarrow": False})  # fmt: skip
         for row, values in zip(data.rows, data.values[metric], strict=True):
             name = f"gpu{row.gpu_index}"
@@ -185,12 +203,12 @@ def nic_figure(data: NicSeries, revision: str) -> go.Figure:
     scale, unit = (8 / 1e9, "Gbit/s") if data.metric.endswith("bytes") else (1.0, "/s")
     figure = go.Figure(
         [
-            go.Scatter(x=data.times, y=nan_to_none(values * scale), name=port.label, mode="lines")
+            go.Scatter(x=data.times, y=nan_to_none(values * scale), name=plain(port.label), mode="lines")
             for port, values in zip(data.ports, data.values, strict=True)
         ]
     )
     figure.update_layout(
-        title=f"InfiniBand {data.metric.replace('_', ' ')} ({unit})",
+        title=plain(f"InfiniBand {data.metric.replace('_', ' ')} ({unit})"),
         height=300,
         margin={"l": 60, "r": 20, "t": 50, "b": 30},
         uirevision=revision,
@@ -199,7 +217,8 @@ def nic_figure(data: NicSeries, revision: str) -> go.Figure:
 
 
 def message_figure(text: str) -> go.Figure:
-    """An empty chart that says why it is empty (rather than blank axes)."""
+    """An empty chart that says why it is empty (rather than blank axes). `text` is plain text: it may
+    quote a name from the URL."""
     figure = go.Figure()
     figure.update_layout(
         xaxis={"visible": False},
@@ -207,7 +226,7 @@ def message_figure(text: str) -> go.Figure:
         height=220,
         annotations=[
             {
-                "text": text,
+                "text": plain(text),
                 "showarrow": False,
                 "font": {"size": 16, "color": "#555"},
                 "xref": "paper",

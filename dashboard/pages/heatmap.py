@@ -4,13 +4,14 @@ row level in the URL; a click on a cell opens that node's page (its GPU, when ro
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from gpuscope.dashboard import data
 from gpuscope.dashboard.components import banner, guarded, query_params, query_string
 from gpuscope.dashboard.context import Context
-from gpuscope.dashboard.figures import METRICS, heatmap_figure, message_figure
+from gpuscope.dashboard.figures import METRICS, heatmap_figure, message_figure, unplain
 
 TITLE = "Heatmap"
 HEATMAP_METRICS = ("util_pct", "sm_active_pct", "tensor_active_pct", "temp_c", "power_w", "fb_used_bytes")
@@ -101,11 +102,11 @@ def register(app: Dash, ctx: Context) -> None:
     )
     def drill(click: dict[str, Any] | None, range_key: str) -> tuple[Any, Any]:
         point = (click or {}).get("points", [{}])[0]
-        target = row_target(str(point.get("y", "")))
+        target = row_target(unplain(str(point.get("y", ""))))  # the figure shows labels escaped
         if target is None:
             return no_update, no_update  # a rack row: nothing finer to open
         node, gpu = target
-        return f"/node/{node}", query_string({"gpu": gpu, "range": range_key})
+        return f"/node/{quote(node, safe='')}", query_string({"gpu": gpu, "range": range_key})
 
 
 def row_target(label: str) -> tuple[str, int | None] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from dash import Dash, Input, Output, dcc, html
 
@@ -70,7 +71,7 @@ def register(app: Dash, ctx: Context) -> None:
             usage = job.usage
             rows.append(
                 [
-                    dcc.Link(job.job_id, href=f"/jobs/{job.job_id}"),
+                    dcc.Link(job.job_id, href=f"/jobs/{quote(job.job_id, safe='')}"),
                     job.user or "-",
                     "running" if job.running else f"ended {ago(job.ended_at)}",
                     len(job.nodes),

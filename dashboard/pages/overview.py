@@ -4,6 +4,7 @@ attention first; a utilisation heatmap and power per rack below."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from dash import Dash, Input, Output, dcc, html
 
@@ -104,7 +105,7 @@ def attention_list(attention: data.Attention) -> Any:
                 [
                     badge("warning"),
                     " straggler in ",
-                    dcc.Link(f"job {straggler.job_id}", href=f"/jobs/{straggler.job_id}"),
+                    dcc.Link(f"job {straggler.job_id}", href=f"/jobs/{quote(straggler.job_id, safe='')}"),
                     f": {straggler.culprit}, {straggler.cause}, about {straggler.slowdown:.0%} slower",
                 ]
             )
