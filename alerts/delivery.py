@@ -29,6 +29,7 @@ from gpuscope.alerts.config import NotifyConfig, Receiver
 from gpuscope.alerts.notify import KINDS, target_url
 from gpuscope.alerts.notify.message import Message
 from gpuscope.alerts.redact import redact_url
+from gpuscope.core.logredact import register_secret
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,12 @@ class Outcome:
 
 
 async def post(client: httpx.AsyncClient, kind: str, url: str, body: Any) -> Outcome:
+    register_secret(url)  # defence in depth: whatever logs this URL, its path and query show as ***
+    target = target_url(kind, url)
     try:
-        response = await client.post(target_url(kind, url), json=body, timeout=TIMEOUT_S)
+        response = await client.post(target, json=body, timeout=TIMEOUT_S)
     except httpx.HTTPError as exc:
-        return Outcome("retry", None, f"{type(exc).__name__}: {_no_url(str(exc), url)}")
+        return Outcome("retry", None, f"{type(exc).__name__}: {_no_url(_no_url(str(exc), target), url)}")
     return classify(response.status_code, response.headers, response.text)
 
 

@@ -7,18 +7,16 @@ import logging
 import socket
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from gpuscope.alerts import cli as alerts_cli
+from gpuscope.core.logredact import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per dashboard request is noise
+    setup_logging(args.verbose)
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
@@ -27,6 +25,13 @@ def main(argv: list[str] | None = None) -> int:
         # Configuration and environment problems: one clear line, no traceback.
         print(f"gpuscope {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def setup_logging(verbose: bool = False, stream: TextIO | None = None) -> logging.Handler | None:
+    """The logging of every command: ours at INFO (DEBUG with -v) to stderr, or to `stream` (tests pass
+    one to read what an operator would); the libraries that log URLs, headers or DSNs at WARNING; every
+    line redacted of secrets (gpuscope/core/logredact.py). Returns the handler it added, if any."""
+    return configure_logging(logging.DEBUG if verbose else logging.INFO, stream=stream)
 
 
 def _parser() -> argparse.ArgumentParser:

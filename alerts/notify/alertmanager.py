@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from gpuscope.alerts.notify.message import Message
 from gpuscope.core.timefmt import rfc3339
@@ -32,6 +33,8 @@ def build(message: Message) -> list[dict[str, Any]]:
 
 
 def target(url: str) -> str:
-    """The receiver URL may be Alertmanager's base URL or the full API path."""
-    url = url.rstrip("/")
-    return url if url.endswith(PATH) else url + PATH
+    """The receiver URL may be Alertmanager's base URL or the full API path (a query, e.g. a proxy's
+    token, stays at the end)."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    return urlunsplit(parts._replace(path=path if path.endswith(PATH) else path + PATH))

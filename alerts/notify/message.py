@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuscope.alerts.notify.escape import Escape, plain
 from gpuscope.core.severity import RESOLVED_COLOUR, SEVERITY_COLOURS, UNKNOWN_COLOUR
 
 
@@ -81,14 +82,18 @@ class Message:
 
     @property
     def headline(self) -> str:
+        return self.headline_in(plain)
+
+    def headline_in(self, escape: Escape) -> str:
+        """The headline with the alert names and the severity (label values) escaped for a chat service."""
         name = self.common_labels.get("alertname") or ", ".join(
             sorted({a.labels.get("alertname", "") for a in self.alerts})
         )
         if self.status == "resolved":
-            return f"[RESOLVED] {name}"
+            return f"[RESOLVED] {escape(name)}"
         extra = f", {len(self.resolved)} resolved" if self.resolved else ""
-        severity = f" {self.severity.upper()}" if self.severity else ""
-        return f"[FIRING:{len(self.firing)}{extra}]{severity} {name}"
+        severity = f" {escape(self.severity.upper())}" if self.severity else ""
+        return f"[FIRING:{len(self.firing)}{extra}]{severity} {escape(name)}"
 
     def to_json(self) -> dict[str, Any]:
         return {"group_labels": self.group_labels, "alerts": [a.to_json() for a in self.alerts]}
@@ -99,12 +104,15 @@ class Message:
         return cls(receiver, group_key, doc["group_labels"], alerts, external_url)
 
 
-def alert_lines(alert: Alert) -> str:
-    """One alert as a few lines of plain text: what, where, since when."""
-    where = ", ".join(f"{k}={v}" for k, v in sorted(alert.labels.items()) if k not in ("alertname", "severity"))
-    lines = [alert.title]
+def alert_lines(alert: Alert, escape: Escape = plain) -> str:
+    """One alert as a few lines of text: what, where, since when; the labels and annotations escaped
+    for the chat service (escape.py), our own words and times as they are."""
+    where = ", ".join(
+        f"{escape(k)}={escape(v)}" for k, v in sorted(alert.labels.items()) if k not in ("alertname", "severity")
+    )
+    lines = [escape(alert.title)]
     if alert.annotations.get("description"):
-        lines.append(alert.annotations["description"])
+        lines.append(escape(alert.annotations["description"]))
     lines.append(f"{where}" if where else "")
     lines.append(f"since {alert.starts_at}" + (f", resolved {alert.ends_at}" if alert.status == "resolved" else ""))
     return "\n".join(line for line in lines if line)
