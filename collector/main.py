@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi.routing import APIRoute
 from psycopg_pool import AsyncConnectionPool
 from starlette.concurrency import run_in_threadpool
 
-from gpuscope.collector.api import health, ingest, read, read_jobs, read_nics
+from gpuscope.collector.api import errors, health, ingest, read, read_jobs, read_nics
 from gpuscope.collector.api.auth import TokenAuth
 from gpuscope.collector.api.deps import require_read_token
 from gpuscope.collector.api.fast_ingest import FastIngest
+from gpuscope.collector.api.guard import MAX_BODY_BYTES, READ_METHODS, RequestGuard
 from gpuscope.collector.api.state import CollectorState
 from gpuscope.collector.ingest.state import IngestState
 from gpuscope.collector.parts import Part
@@ -42,7 +45,9 @@ class CollectorConfig:
     auth: TokenAuth  # ingest tokens
     read_auth: TokenAuth | None = None  # None: the read API is open
     admin_auth: TokenAuth | None = None  # None: nothing may be changed through the API
-    max_body_bytes: int = 32 * 2**20
+    max_body_bytes: int = 32 * 2**20  # ingest; every other route takes at most max_other_body_bytes
+    max_other_body_bytes: int = MAX_BODY_BYTES
+    read_statement_timeout_s: float | None = 10.0  # a read statement's limit, and a read request's budget
     max_concurrent_writes: int = 8
     retention: Retention = DEFAULT_RETENTION
     timescaledb: timescale.Mode = "auto"
@@ -60,7 +65,9 @@ def create_app(config: CollectorConfig) -> FastIngest:
             await ingest_pool.open(wait=True, timeout=30)  # fail start-up fast if the database is away
             async with ingest_pool.connection() as conn:
                 await retention_pass(conn, config.retention, layout=layout)  # today's partitions before any batch
-            read_pool = await run_in_threadpool(open_read_pool, config.dsn)
+            read_pool = await run_in_threadpool(
+                functools.partial(open_read_pool, config.dsn, statement_timeout_s=config.read_statement_timeout_s)
+            )
             stack.callback(read_pool.close)
             cache = InventoryCache(layout)
             writer = GroupWriter(ingest_pool, cache, writers=max(1, config.max_concurrent_writes // 2))
@@ -79,6 +86,7 @@ def create_app(config: CollectorConfig) -> FastIngest:
                 ),
                 read_auth=config.read_auth,
                 admin_auth=config.admin_auth,
+                read_timeout_s=config.read_statement_timeout_s,
             )
             # Background work in one task group: it ends (each task cancelled and awaited, so their
             # connections close) before the pools close.
@@ -98,14 +106,27 @@ def create_app(config: CollectorConfig) -> FastIngest:
         description="Ingest for gpuscope exporters and the read API over the GPU telemetry store.",
         lifespan=lifespan,
     )
+    # Token, NUL bytes and body size, before any route, dependency or body model (api/guard.py).
+    app.add_middleware(RequestGuard, max_body_bytes=config.max_other_body_bytes)
+    errors.install(app)
     app.include_router(ingest.router)
     for router in (read.router, read_nics.router, read_jobs.router):
         app.include_router(router, dependencies=[Depends(require_read_token)])
     for part in config.parts:
         for router in part.routers:
-            app.include_router(router)  # their routes check the read or the admin token themselves
+            # api/guard.py checks tokens first; their routes check again. No admin token: changes are
+            # switched off, so their routes are not served (the guard answers 404) nor documented.
+            app.include_router(router if config.admin_auth is not None else _reads_only(router))
     app.include_router(health.router)
     return FastIngest(app)  # the ingest route's fast path in front of everything FastAPI serves
+
+
+def _reads_only(router: APIRouter) -> APIRouter:
+    reads = APIRouter()
+    reads.routes.extend(
+        r for r in router.routes if not (isinstance(r, APIRoute) and set(r.methods or ()) - READ_METHODS)
+    )
+    return reads
 
 
 async def _prepare_schema(config: CollectorConfig) -> timescale.Layout:

@@ -1,4 +1,5 @@
-"""Query parameters every read route shares: the time range and the bucket width."""
+"""Query parameters every read route shares: the time range and the bucket width; and the bound on
+the points (values) one answer may hold."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from gpuscope.collector import query
 
 MAX_RANGE = timedelta(days=800)  # the longest retention of any tier (hour rollups), with margin
 MAX_BUCKETS = 5000
+MAX_RAW_RANGE = timedelta(days=1)  # a bucket under a minute reads raw samples: over at most this much time
+# Values in one answer (series x buckets; a series is one GPU's metric, or one port): about 20 MB of
+# JSON. The fleet heatmap at its default ~240 buckets fits for 4,096 GPUs.
+MAX_POINTS = 1_000_000
 
 
 def time_range(
@@ -34,20 +39,55 @@ def time_range(
         raise HTTPException(422, "end must be after start")
     if end - start > MAX_RANGE:
         raise HTTPException(422, f"the range may span at most {MAX_RANGE.days} days")
-    return query.TimeRange(start, end)
+    try:
+        return query.TimeRange(start, end)
+    except ValueError as exc:  # bounds out of range (query/timerange.py)
+        raise HTTPException(422, str(exc)) from None
 
 
 TimeRangeDep = Annotated[query.TimeRange, Depends(time_range)]
 BucketParam = Annotated[
-    int | None, Query(ge=1, le=86400, description="Bucket width in seconds (default: about 240 buckets over the range)")
+    int | None,
+    Query(
+        ge=1,
+        le=86400,
+        description="Bucket width in seconds (default: about 240 buckets over the range). Under 60: raw samples,"
+        " over at most a day. From 60: rounded to whole minutes (the minute rollup); from 3600: to whole hours"
+        " (the hour rollup). The answer's bucket_seconds is the width used.",
+    ),
 ]
 
 
 def bucket_width(time_range: query.TimeRange, requested: int | None) -> int:
-    """The requested width if the answer stays a sensible size, else the automatic one. The width
-    also picks the source: raw below a minute, the minute rollup, the hour rollup from an hour."""
+    """The width to use. None: the automatic one. Else the requested one rounded to the unit of the
+    source that answers it (query.source_bucket: raw below a minute, the minute rollup from a minute,
+    the hour rollup from an hour), so no width reads raw rows over a long range; under a minute, the
+    range is at most MAX_RAW_RANGE; at most MAX_BUCKETS buckets in any case."""
     if requested is None:
         return query.bucket_for(time_range)
-    if time_range.seconds / requested > MAX_BUCKETS:
+    bucket = query.source_bucket(requested)
+    if time_range.seconds / bucket > MAX_BUCKETS:
         raise HTTPException(422, f"bucket_seconds={requested} gives more than {MAX_BUCKETS} buckets over this range")
-    return requested
+    if bucket < 60 and time_range.seconds > MAX_RAW_RANGE.total_seconds():
+        raise HTTPException(
+            422,
+            f"bucket_seconds={requested}: a bucket under 60 s reads raw samples, over at most"
+            f" {MAX_RAW_RANGE.total_seconds() / 3600:g} hours; ask for a shorter range or a bucket of 60 s or more",
+        )
+    return bucket
+
+
+def check_points(time_range: query.TimeRange, bucket: int, **series: int) -> None:
+    """Refuse (422) an answer of more than MAX_POINTS values before it is read. `series`: the factors
+    that multiply the buckets, by name (metrics=16, GPUs=64)."""
+    buckets = len(time_range.buckets(bucket))
+    points = buckets
+    for count in series.values():
+        points *= count
+    if points > MAX_POINTS:
+        factors = " x ".join(f"{count:,} {name}" for name, count in series.items())
+        raise HTTPException(
+            422,
+            f"this asks for {points:,} points ({factors} x {buckets:,} buckets); at most {MAX_POINTS:,} per"
+            " request: ask for a wider bucket_seconds, a shorter range, or fewer GPUs or metrics",
+        )

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel
 
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep
-from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width
+from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width, check_points
+from gpuscope.collector.api.state import collector_state
 from gpuscope.collector.query.arrays import nan_to_none
 from gpuscope.collector.store.columns import GPU_METRIC_KEYS
 
@@ -75,6 +76,7 @@ def get_heatmap(
     _check_metric(metric)
     bucket = bucket_width(time_range, bucket_seconds)
     with pool.connection() as conn:
+        check_points(time_range, bucket, GPUs=query.inventory_counts(conn)[0])  # those reporting are fewer
         result = query.heatmap(conn, metric, time_range, bucket)
     return HeatmapOut(
         metric=metric,
@@ -91,6 +93,7 @@ def get_heatmap(
     summary="Metrics of chosen GPUs per time bucket: a node's (cluster, node), one GPU (uuid) or a job's (job)",
 )
 def get_series(
+    request: Request,
     pool: ReadPoolDep,
     time_range: TimeRangeDep,
     metric: Annotated[list[str], Query(min_length=1, max_length=16)],
@@ -111,7 +114,10 @@ def get_series(
             raise HTTPException(404, "no GPU matches")
         if len(gpu_ids) > MAX_SERIES_GPUS:
             raise HTTPException(422, f"{len(gpu_ids)} GPUs match; at most {MAX_SERIES_GPUS} per request")
-        result = query.series(conn, metric, time_range, bucket, gpu_ids)
+        check_points(time_range, bucket, metrics=len(metric), GPUs=len(gpu_ids))
+        # One statement per metric: they share the statement timeout, so the request is bounded too.
+        budget = collector_state(request.app).read_timeout_s
+        result = query.series(conn, metric, time_range, bucket, gpu_ids, budget_s=budget)
     return SeriesOut(
         bucket_seconds=bucket,
         times=result.times,
@@ -124,6 +130,7 @@ def get_series(
 def get_rack_power(pool: ReadPoolDep, time_range: TimeRangeDep, bucket_seconds: BucketParam = None) -> RackPowerOut:
     bucket = bucket_width(time_range, bucket_seconds)
     with pool.connection() as conn:
+        check_points(time_range, bucket, racks=query.rack_count(conn))
         result = query.rack_power(conn, time_range, bucket)
     return RackPowerOut(bucket_seconds=bucket, times=result.times, racks=result.racks, watts=nan_to_none(result.watts))
 

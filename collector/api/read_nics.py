@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep
-from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width
+from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width, check_points
 from gpuscope.collector.query.arrays import nan_to_none
 from gpuscope.collector.store.columns import PORT_METRICS
 
@@ -58,6 +58,7 @@ def get_nic_series(
             raise HTTPException(404, "no InfiniBand port on these nodes")
         if len(ports) > MAX_PORTS:
             raise HTTPException(422, f"{len(ports)} ports match; at most {MAX_PORTS} per request")
+        check_points(time_range, bucket, ports=len(ports))
         result = query.nic_series(conn, metric, time_range, bucket, ports)
     return NicSeriesOut(
         metric=metric,

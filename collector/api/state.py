@@ -19,6 +19,7 @@ class CollectorState:
     ingest: IngestState
     read_auth: TokenAuth | None  # None: the read API is open
     admin_auth: TokenAuth | None  # None: nothing may be changed through the API
+    read_timeout_s: float | None = None  # each read statement's limit, and one read request's budget
 
 
 def collector_state(app: FastAPI) -> CollectorState:

@@ -5,12 +5,19 @@ the straggler watch its stragglers) and read the samples they work on with their
 from gpuscope.collector.query.events import EventRow, events
 from gpuscope.collector.query.fleet import FleetSummary, fleet_summary
 from gpuscope.collector.query.heatmap import Heatmap, Series, heatmap, series
-from gpuscope.collector.query.inventory import GpuRow, PortRow, inventory_counts, select_gpus, select_ports
+from gpuscope.collector.query.inventory import (
+    GpuRow,
+    PortRow,
+    inventory_counts,
+    rack_count,
+    select_gpus,
+    select_ports,
+)
 from gpuscope.collector.query.jobs import JobGpu, JobRow, JobState, Usage, job, job_gpus, jobs
 from gpuscope.collector.query.nic import NicSeries, nic_series
 from gpuscope.collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
 from gpuscope.collector.query.stragglers import StragglerRow, stragglers
-from gpuscope.collector.query.timerange import TimeRange, bucket_for, last
+from gpuscope.collector.query.timerange import TimeRange, bucket_for, last, source_bucket
 
 __all__ = [
     "EventRow",
@@ -37,10 +44,12 @@ __all__ = [
     "jobs",
     "last",
     "nic_series",
+    "rack_count",
     "rack_nameplate_w",
     "rack_power",
     "select_gpus",
     "select_ports",
     "series",
+    "source_bucket",
     "stragglers",
 ]

@@ -3,7 +3,9 @@ and series: several metrics for a chosen set of GPUs (a node, one GPU, a job), t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -47,15 +49,41 @@ def heatmap(
 
 
 def series(
-    conn: Connection[Any], metrics: Sequence[str], time_range: TimeRange, bucket_s: int, gpu_ids: Sequence[int]
+    conn: Connection[Any],
+    metrics: Sequence[str],
+    time_range: TimeRange,
+    bucket_s: int,
+    gpu_ids: Sequence[int],
+    budget_s: float | None = None,
 ) -> Series:
-    """Every GPU in `gpu_ids` gets a row, reporting or not (a silent GPU is the finding)."""
+    """Every GPU in `gpu_ids` gets a row, reporting or not (a silent GPU is the finding). `budget_s`:
+    the metrics' reads share this much time, in one transaction, each statement cancelled
+    (psycopg.errors.QueryCanceled) when the budget is spent; None: each statement has the session's limit."""
     rows = gpu_rows(conn, gpu_ids)
     times = time_range.buckets(bucket_s)
-    values = {
-        metric: _place(_cells(conn, metric, time_range, bucket_s, gpu_ids), rows, times, bucket_s) for metric in metrics
-    }
+    values = {}
+    with _shared_budget(conn, budget_s) as before_each:
+        for metric in metrics:
+            before_each()
+            values[metric] = _place(_cells(conn, metric, time_range, bucket_s, gpu_ids), rows, times, bucket_s)
     return Series(bucket_s, rows, times, values)
+
+
+@contextlib.contextmanager
+def _shared_budget(conn: Connection[Any], budget_s: float | None) -> Iterator[Callable[[], None]]:
+    """A transaction whose statements together run at most `budget_s`: call the function yielded
+    before each read to give the next statements what is left (SET LOCAL: it ends with the transaction)."""
+    if budget_s is None:
+        yield lambda: None
+        return
+    deadline = time.monotonic() + budget_s
+
+    def before_each() -> None:
+        left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{left_ms}ms",))
+
+    with conn.transaction():
+        yield before_each
 
 
 def _cells(

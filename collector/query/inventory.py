@@ -83,3 +83,9 @@ def inventory_counts(conn: Connection[Any]) -> tuple[int, int]:
     """How many GPUs and nodes the store knows."""
     row = conn.execute("SELECT (SELECT count(*) FROM gpu), (SELECT count(*) FROM node)").fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def rack_count(conn: Connection[Any]) -> int:
+    """How many racks (cluster, rack) the store knows."""
+    row = conn.execute("SELECT count(*) FROM (SELECT DISTINCT cluster, rack FROM node) AS racks").fetchone()
+    return int(row[0]) if row else 0

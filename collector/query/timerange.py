@@ -9,6 +9,10 @@ import numpy as np
 
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Bounds outside these are no telemetry's, and near datetime's limits (years 1 and 9999) an offset or a
+# bucket edge overflows. Comparing aware datetimes is exact whatever their offsets (no conversion).
+EARLIEST = EPOCH
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,10 @@ class TimeRange:
             raise ValueError("time range bounds must be timezone-aware")
         if self.end <= self.start:
             raise ValueError("time range must end after it starts")
+        if self.start < EARLIEST or self.end > LATEST:
+            raise ValueError(
+                f"time range bounds must lie between {EARLIEST:%Y-%m-%dT%H:%M:%SZ} and {LATEST:%Y-%m-%dT%H:%M:%SZ}"
+            )
 
     @property
     def seconds(self) -> float:
@@ -36,6 +44,17 @@ class TimeRange:
 def last(seconds: float, now: datetime | None = None) -> TimeRange:
     end = now or datetime.now(UTC)
     return TimeRange(end - timedelta(seconds=seconds), end)
+
+
+def source_bucket(bucket_s: int) -> int:
+    """A bucket width rounded to the unit of the source that answers it (collector/query/cells.py):
+    under a minute, raw samples, any whole number of seconds; from a minute, the minute rollup, whole
+    minutes; from an hour, the hour rollup, whole hours (to the nearest, halves up). Unrounded, a width
+    off the minute (or the hour) would be read from raw samples (or minutes) over the whole range."""
+    for unit in (3600, 60):
+        if bucket_s >= unit:
+            return (bucket_s + unit // 2) // unit * unit
+    return bucket_s
 
 
 def bucket_for(time_range: TimeRange, max_points: int = 240, min_bucket_s: int = 1) -> int:

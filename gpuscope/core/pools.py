@@ -10,17 +10,27 @@ from psycopg_pool import ConnectionPool
 READ_ONLY_OPTIONS = "-c default_transaction_read_only=on"
 
 
-def open_read_pool(dsn: str, max_size: int = 8, timeout: float = 30.0, wait: bool = True) -> ConnectionPool[Any]:
+def open_read_pool(
+    dsn: str,
+    max_size: int = 8,
+    timeout: float = 30.0,
+    wait: bool = True,
+    statement_timeout_s: float | None = None,
+) -> ConnectionPool[Any]:
     """Open a pool of read-only autocommit connections. `wait`: fail within `timeout` if the database is
     away; else start anyway (the dashboard shows the outage and recovers). A connection is waited for
-    `timeout` at most."""
+    `timeout` at most. `statement_timeout_s`: the server cancels any statement running longer
+    (psycopg.errors.QueryCanceled); a transaction may lower it with SET LOCAL."""
+    options = READ_ONLY_OPTIONS
+    if statement_timeout_s is not None:
+        options += f" -c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
     pool: ConnectionPool[Any] = ConnectionPool(
         dsn,
         min_size=1,
         max_size=max_size,
         open=False,
         timeout=timeout,
-        kwargs={"autocommit": True, "options": READ_ONLY_OPTIONS, "connect_timeout": max(2, int(timeout))},
+        kwargs={"autocommit": True, "options": options, "connect_timeout": max(2, int(timeout))},
     )
     pool.open(wait=wait, timeout=timeout)
     return pool
