@@ -87,7 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument("--db", help="PostgreSQL DSN (default: embedded server in --data-dir)")
     collector.add_argument("--data-dir", type=Path)
     collector.add_argument("--token-file", type=Path, help="ingest bearer token (default: generated in --data-dir)")
-    collector.add_argument("--node-tokens-file", type=Path, help="per-node ingest tokens, 'NODE TOKEN' per line")
+    collector.add_argument(
+        "--node-tokens-file", type=Path, help="per-node ingest tokens, 'CLUSTER/NODE TOKEN' per line"
+    )
     collector.add_argument("--retention-days", type=_positive_float, help="keep raw samples this long (default 30)")
     collector.add_argument(
         "--minute-rollup-days", type=_positive_float, help="keep 1-minute rollups this long (default 90)"

@@ -30,6 +30,7 @@ from gpuscope.collector.store.timescale import Mode
 from gpuscope.collector.workers import reuse_port_socket, run_workers
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.listen import parse_listen
+from gpuscope.core.logredact import configure_logging
 from gpuscope.core.tokens import read_token_file
 from gpuscope.stragglers.part import stragglers_part
 
@@ -58,8 +59,10 @@ class CollectorSettings(BaseSettings):
     db: SecretStr | None = None  # a DSN carries a password: never printed
     data_dir: Path = default_data_dir()
     token_file: Path | None = None
-    node_tokens_file: Path | None = None  # 'NODE TOKEN' per line: a token valid for one node only
+    node_tokens_file: Path | None = None  # 'CLUSTER/NODE TOKEN' per line: valid for that node of that cluster
     read_token_file: Path | None = None  # when set, the read API requires this bearer token
+    # Each read statement is cancelled past this, and one read request's statements share it: 503.
+    read_statement_timeout_s: float = Field(default=10.0, gt=0, le=3600)
     max_body_bytes: int = 32 * 2**20
     max_concurrent_writes: int = 8
     workers: int = Field(default=1, ge=1, le=256)  # processes sharing the port (SO_REUSEPORT): one core each
@@ -99,6 +102,7 @@ def build(settings: CollectorSettings, dsn: str, token: str) -> FastIngest:
         read_auth=_auth(settings.read_token_file),
         admin_auth=_auth(settings.admin_token_file),
         max_body_bytes=settings.max_body_bytes,
+        read_statement_timeout_s=settings.read_statement_timeout_s,
         max_concurrent_writes=settings.max_concurrent_writes,
         retention=settings.retention(),
         timescaledb=settings.timescaledb,
@@ -150,7 +154,8 @@ def database(settings: CollectorSettings) -> Iterator[str]:
 
 
 def _worker(settings: CollectorSettings, dsn: str, token: str, host: str, port: int) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
+    # a fresh process (spawned): the CLI's logging again, libraries quiet and secrets redacted
+    configure_logging(logging.INFO, fmt="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
     serve(build(settings, dsn, token), host, port, sockets=[reuse_port_socket(host, port)])
 
 

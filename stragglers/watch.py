@@ -136,8 +136,10 @@ class StragglerWatch:
             " (sum(CASE WHEN d_wait >= 0 THEN d_wait END) / nullif(sum(CASE WHEN d_wait >= 0 THEN dt END), 0))::float8,"
             " (sum(CASE WHEN d_sent >= 0 THEN d_sent END) / nullif(sum(CASE WHEN d_sent >= 0 THEN dt END), 0))::float8,"
             " min(rate_gbps)::float8 FROM ("
-            "  SELECT port_id, ts, rate_gbps, xmit_wait - lag(xmit_wait) OVER w AS d_wait,"
-            "   xmit_bytes - lag(xmit_bytes) OVER w AS d_sent, extract(epoch FROM ts - lag(ts) OVER w) AS dt"
+            # float8: counters near the int64 bound must not overflow the difference
+            "  SELECT port_id, ts, rate_gbps, xmit_wait::float8 - lag(xmit_wait::float8) OVER w AS d_wait,"
+            "   xmit_bytes::float8 - lag(xmit_bytes::float8) OVER w AS d_sent,"
+            "   extract(epoch FROM ts - lag(ts) OVER w) AS dt"
             "  FROM ib_port_sample WHERE ts >= %(start)s - interval '1 minute' AND ts < %(end)s"
             "  AND port_id = ANY(%(ports)s) WINDOW w AS (PARTITION BY port_id ORDER BY ts)) AS s"
             " WHERE ts >= %(start)s GROUP BY 1, 2",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -13,7 +14,9 @@ from fastapi.responses import JSONResponse
 
 from gpuscope.collector.api.auth import ANY_NODE
 from gpuscope.collector.api.deps import IngestStateDep
-from gpuscope.collector.ingest.wire import IngestError, decode, decompress
+from gpuscope.collector.ingest.batch import MAX_JSON_BYTES
+from gpuscope.collector.ingest.schema import CONTENT_ENCODING, REQUEST_BODY
+from gpuscope.collector.ingest.wire import JSON, Batch, IngestError, check_encoding, decode_body, media_type
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
@@ -21,45 +24,47 @@ INGEST_PATH = "/api/v1/samples"
 
 WRITE_SLOT_WAIT_S = 5.0
 RETRY_AFTER_S = "2"
+# A body as sent up to this size, not compressed, is decoded on the event loop (a few milliseconds at
+# most); anything larger, or gzip, in a worker thread, so that other requests are served meanwhile.
+DECODE_INLINE_BYTES = 256 * 1024
 
 
 @router.post(
     "/samples",
-    summary="Push a batch of samples (gpuscope-samples v1, optionally gzip-encoded)",
+    summary="Push a batch of samples (gpuscope-samples v1 JSON or v2 binary, optionally gzip-encoded)",
+    description="The format, every rule and limit: docs/ingest-format.md. Authorization: Bearer, a shared"
+    " ingest token or the node's own token (valid for that cluster and node only).",
     responses={
         200: {"description": "Stored durably (or recognised as a retry of a stored batch)"},
-        400: {"description": "Body is not valid JSON or gzip"},
+        400: {"description": "Body is not UTF-8 JSON, not complete gzip, or a version 2 body of the wrong layout"},
         401: {"description": "Missing or wrong bearer token"},
-        403: {"description": "A per-node token used for another node"},
-        413: {"description": "Body too large"},
-        415: {"description": "Unsupported Content-Encoding"},
+        403: {"description": "A node's token used for another node or cluster; `detail[].loc` names which"},
+        413: {"description": "Body, decompressed body, JSON text or row count over its limit"},
+        415: {"description": "Unsupported Content-Type or Content-Encoding"},
         422: {"description": "A field breaks a rule; `detail[].loc` names it"},
+        500: {"description": "The database refused the batch; nothing was stored"},
         503: {"description": "Saturated or database unavailable; retry after Retry-After seconds"},
     },
+    # The route reads its body itself (FastAPI parses nothing): this only documents it.
+    openapi_extra={"requestBody": REQUEST_BODY, "parameters": [CONTENT_ENCODING]},
 )
 async def push_samples(request: Request, state: IngestStateDep) -> JSONResponse:
     started = time.perf_counter()
-    allowed_node = state.auth.identify(request.headers.get("authorization"))
-    if allowed_node is None:
+    allowed = state.auth.identify(request.headers.get("authorization"))
+    if allowed is None:
         state.metrics.batches.labels("unauthorized").inc()
         return JSONResponse(
             {"detail": "missing or invalid bearer token"}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
         )
     try:
-        body = await _read_body(request, state.max_body_bytes)
-        raw = decompress(body, request.headers.get("content-encoding"), state.max_body_bytes * 8)
-        now = time.time()
-        batch = decode(raw, now=now, oldest=now - state.retention_s, content_type=request.headers.get("content-type"))
+        batch = await _decode(request, state, scope=None if allowed == ANY_NODE else allowed)
     except IngestError as exc:
-        state.metrics.batches.labels("rejected").inc()
+        state.metrics.batches.labels("forbidden" if exc.status == 403 else "rejected").inc()
         log.info("rejected batch from %s: %s", request.client.host if request.client else "?", exc)
         return JSONResponse({"detail": exc.detail()}, status_code=exc.status)
-
-    if allowed_node not in (ANY_NODE, batch.node):
-        state.metrics.batches.labels("forbidden").inc()
-        return JSONResponse(
-            {"detail": [{"loc": ["source", "node"], "msg": "this token is not valid for that node"}]}, status_code=403
-        )
+    except TimeoutError:
+        state.metrics.batches.labels("saturated").inc()
+        return _unavailable("decoding saturated")
 
     try:
         if state.write_slots.locked():  # wait_for costs a task per call: only when there is a wait
@@ -94,6 +99,42 @@ async def push_samples(request: Request, state: IngestStateDep) -> JSONResponse:
             "ignored_fields": list(batch.ignored_fields),
         }
     )
+
+
+async def _decode(request: Request, state: IngestStateDep, scope: tuple[str, str] | None) -> Batch:
+    """The request's batch, decoded and checked (IngestError otherwise). Large or compressed bodies are
+    decoded in a worker thread, at most state.decode_slots at a time (TimeoutError: none came free)."""
+    headers = request.headers
+    encoding = check_encoding(headers.get("content-encoding"))  # 415s before reading any of the body
+    content_type = headers.get("content-type")
+    json_text = media_type(content_type) == JSON and encoding == "identity"
+    body = await _read_body(request, min(state.max_body_bytes, MAX_JSON_BYTES) if json_text else state.max_body_bytes)
+    now = time.time()
+    decode = functools.partial(
+        decode_body,
+        body,
+        content_encoding=encoding,
+        content_type=content_type,
+        max_bytes=state.max_body_bytes,
+        now=now,
+        oldest=now - state.retention_s,
+        scope=scope,
+    )
+    if encoding == "identity" and len(body) <= DECODE_INLINE_BYTES:
+        return decode()
+    if state.decode_slots.locked():
+        await asyncio.wait_for(state.decode_slots.acquire(), WRITE_SLOT_WAIT_S)
+    else:
+        await state.decode_slots.acquire()
+    loop = asyncio.get_running_loop()
+
+    def decode_then_free_the_slot() -> Batch:
+        try:
+            return decode()
+        finally:  # from the thread, when it is done: a request cancelled meanwhile does not free it early
+            loop.call_soon_threadsafe(state.decode_slots.release)
+
+    return await asyncio.to_thread(decode_then_free_the_slot)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from gpuscope.collector.ingest import samples as sample_rules
-from gpuscope.collector.ingest.batch import IngestError, Loc
-from gpuscope.collector.ingest.header import header, require
+from gpuscope.collector.ingest.batch import MAX_JSON_BYTES, IngestError, Loc
+from gpuscope.collector.ingest.header import Scope, header, remember, require
 from gpuscope.collector.ingest.json_v1 import _parse_json, to_batch
 from gpuscope.collector.store.batch import Batch, Samples
 from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
@@ -30,23 +30,50 @@ def _padded(offset: int) -> int:
     return (offset + 7) // 8 * 8
 
 
-def decode(raw: bytes, window: tuple[float, float]) -> Batch:
+def decode(raw: bytes, window: tuple[float, float], scope: Scope = None) -> Batch:
     if len(raw) < 8 or raw[:4] != MAGIC:
         raise IngestError(400, ("body",), f"not a binary gpuscope batch (it starts with {MAGIC!r})")
     header_length = int.from_bytes(raw[4:8], "little")
+    if header_length > MAX_JSON_BYTES:
+        raise IngestError(413, ("body",), f"header of {header_length} bytes: at most {MAX_JSON_BYTES}")
     if 8 + header_length > len(raw):
         raise IngestError(400, ("body",), f"header of {header_length} bytes does not fit in the body")
     doc = _parse_json(raw[8 : 8 + header_length])
-    meta = header(doc, VERSION, window)
-    ignored: set[str] = set()
-    body = Body(raw, _padded(8 + header_length))
+    meta = header(doc, VERSION, window, scope)
     jobs = None if meta.jobs is None else len(meta.jobs)
+    specs = {key: _spec(doc, key) for key in ("gpu_samples", "port_samples")}
+    # The header says how long every array is: a body of another length has row counts (or keys,
+    # or jobs) that do not match what was sent, and nothing in it can be read as intended.
+    described = _padded(8 + header_length)
+    for key, (rows, keys) in specs.items():
+        row_bytes = 8 + 8 * len(keys) + 2 + (1 + (4 if jobs is not None else 0) if key == "gpu_samples" else 0)
+        described = _padded(described + rows * row_bytes)
+    if described != len(raw):
+        what = (
+            f"the body ends before the blocks its header describes ({len(raw)} bytes of {described})"
+            if described > len(raw)
+            else f"{len(raw) - described} bytes after the last block its header describes"
+        )
+        raise IngestError(400, ("body",), f"{what}: check each block's rows and values, and jobs")
+    body = Body(raw, 8 + header_length)
+    body.pad()
+    ignored: set[str] = set()
     gpu_samples = _block(
-        body, doc, "gpu_samples", GPU_COLUMNS, [g.index for g in meta.inventory.gpus], window, ignored, jobs
+        body,
+        specs["gpu_samples"],
+        "gpu_samples",
+        GPU_COLUMNS,
+        [g.index for g in meta.inventory.gpus],
+        window,
+        ignored,
+        jobs,
     )
-    port_samples = _block(body, doc, "port_samples", PORT_COLUMNS, range(len(meta.inventory.ports)), window, ignored)
+    port_samples = _block(
+        body, specs["port_samples"], "port_samples", PORT_COLUMNS, range(len(meta.inventory.ports)), window, ignored
+    )
     if body.offset != len(raw):
         raise IngestError(400, ("body",), f"{len(raw) - body.offset} bytes after the last block")
+    remember(meta)
     return to_batch(meta, gpu_samples, port_samples, ignored)
 
 
@@ -66,19 +93,14 @@ class Body:
         return array
 
     def pad(self) -> None:
-        self.offset = _padded(self.offset)
+        end = _padded(self.offset)
+        if self.raw[self.offset : end].strip(b"\0"):
+            raise IngestError(400, ("body",), f"padding at byte {self.offset} must be zero bytes")
+        self.offset = end
 
 
-def _block(
-    body: Body,
-    doc: dict[str, Any],
-    key: str,
-    columns: Sequence[Column],
-    listed: Sequence[int],
-    window: tuple[float, float],
-    ignored: set[str],
-    job_count: int | None = None,
-) -> Samples:
+def _spec(doc: dict[str, Any], key: str) -> tuple[int, list[str]]:
+    """A block's row count and metric keys, from the header."""
     loc: Loc = (key,)
     spec = require(doc, key, dict, ())
     rows = require(spec, "rows", int, loc)
@@ -88,6 +110,21 @@ def _block(
     keys = require(spec, "values", list, loc)
     if not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
         raise IngestError(422, (*loc, "values"), "must be distinct metric keys")
+    return rows, keys
+
+
+def _block(
+    body: Body,
+    spec: tuple[int, list[str]],
+    key: str,
+    columns: Sequence[Column],
+    listed: Sequence[int],
+    window: tuple[float, float],
+    ignored: set[str],
+    job_count: int | None = None,
+) -> Samples:
+    loc: Loc = (key,)
+    rows, keys = spec
     ts = body.take("<f8", rows, loc)
     matrix = body.take("<f8", rows * len(keys), loc).reshape(len(keys), rows)
     known = {c.key: c for c in columns}

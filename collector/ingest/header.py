@@ -3,7 +3,9 @@ sent it, its devices, jobs and events. Every rule is listed in docs/ingest-forma
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +36,10 @@ class Inventory:
     ports: tuple[PortInfo, ...]
 
 
+# Who may send a batch: None for any node (a shared token), or the (cluster, node) of a node's token.
+Scope = tuple[str, str] | None
+
+
 @dataclass(frozen=True)
 class Header:
     exporter_id: uuid.UUID
@@ -41,15 +47,21 @@ class Header:
     inventory: Inventory
     jobs: tuple[JobRef, ...] | None  # None: the exporter does not attribute jobs
     events: tuple[EventIn, ...]
+    inventory_key: bytes | None = None  # checked now, not recognised: remember() it once the batch passes
 
 
-def header(doc: Any, version: int, window: tuple[float, float]) -> Header:
+def header(doc: Any, version: int, window: tuple[float, float], scope: Scope = None) -> Header:
+    """The batch's metadata, checked; a batch outside the token's `scope` gets 403 here, before its
+    samples are read."""
     if not isinstance(doc, dict):
         raise IngestError(422, (), "body must be a JSON object")
     if doc.get("format") != FORMAT:
         raise IngestError(422, ("format",), f"must be {FORMAT!r}")
-    if doc.get("version") != version:
-        raise IngestError(422, ("version",), f"unsupported version {doc.get('version')!r} for this encoding")
+    sent = doc.get("version")
+    if type(sent) is not int or sent != version:  # True == 1 and 1.0 == 1 in Python: neither is the integer 1
+        raise IngestError(
+            422, ("version",), f"unsupported version {sent!r} for this encoding: must be the integer {version}"
+        )
     try:
         exporter_id = uuid.UUID(require(doc, "exporter_id", str, ()))
     except ValueError:
@@ -57,40 +69,98 @@ def header(doc: Any, version: int, window: tuple[float, float]) -> Header:
     seq = require(doc, "seq", int, ())
     if seq < 0 or seq >= 2**63:
         raise IngestError(422, ("seq",), "must be between 0 and 2^63-1")
-    inventory = _inventory(doc)
+    inventory, key = _inventory(doc)
+    _authorize(inventory, scope)
+    jobs = doc.get("jobs")
+    events = doc.get("events")
     return Header(
         exporter_id=exporter_id,
         seq=seq,
         inventory=inventory,
-        jobs=_jobs(doc["jobs"]) if "jobs" in doc else None,
-        events=_events(doc["events"], {g.index for g in inventory.gpus}, window) if "events" in doc else (),
+        jobs=_jobs(jobs) if jobs is not None else None,
+        events=_events(events, {g.index for g in inventory.gpus}, window) if events is not None else (),
+        inventory_key=key,
     )
 
 
-# An exporter sends the same source, GPUs and ports in every batch: checked once, then recognised by
-# their serialised form (validation is a pure function of it). Bounded: cleared when full.
-_checked: dict[bytes, Inventory] = {}
-MAX_CHECKED = 100_000
+def _authorize(inventory: Inventory, scope: Scope) -> None:
+    """A node's token is valid for batches of that node of that cluster only (docs/ingest-format.md)."""
+    if scope is None:
+        return
+    cluster, node = scope
+    if inventory.cluster != cluster:
+        raise IngestError(403, ("source", "cluster"), "this token is not valid for that cluster")
+    if inventory.node != node:
+        raise IngestError(403, ("source", "node"), "this token is not valid for that node")
 
 
-def _inventory(doc: dict[str, Any]) -> Inventory:
+class InventoryMemo:
+    """Inventories already checked, by their serialised form (validation is a pure function of it), so
+    an exporter's steady batches skip the checks. Least recently used go first once the entries pass
+    `max_bytes` (counted as three times the key: about what the checked objects take)."""
+
+    def __init__(self, max_bytes: int = 32 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._entries: OrderedDict[bytes, Inventory] = OrderedDict()
+        self._lock = threading.Lock()  # batches are decoded in worker threads too
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: bytes) -> Inventory | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: bytes, inventory: Inventory) -> None:
+        cost = 3 * len(key)
+        if cost > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return
+            self._entries[key] = inventory
+            self.nbytes += cost
+            while self.nbytes > self.max_bytes:
+                old, _ = self._entries.popitem(last=False)
+                self.nbytes -= 3 * len(old)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.nbytes = 0
+
+
+_checked = InventoryMemo()
+
+
+def remember(meta: Header) -> None:
+    """Keep a batch's checked inventory: call once the whole batch has passed (never for a rejected one)."""
+    if meta.inventory_key is not None:
+        _checked.put(meta.inventory_key, meta.inventory)
+
+
+def _inventory(doc: dict[str, Any]) -> tuple[Inventory, bytes | None]:
+    """The checked inventory, and its key when it was checked now (None: recognised)."""
     key = orjson.dumps([doc.get("source"), doc.get("gpus"), doc.get("ports")])
     known = _checked.get(key)
     if known is not None:
-        return known
+        return known, None
     source = require(doc, "source", dict, ())
+    ports = doc.get("ports")
     inventory = Inventory(
         cluster=name(source, "cluster", ("source",)),
         rack=name(source, "rack", ("source",)),
         node=name(source, "node", ("source",)),
-        backend=name(source, "backend", ("source",)) if "backend" in source else "unknown",
+        backend=name(source, "backend", ("source",)) if source.get("backend") is not None else "unknown",
         gpus=_gpus(require(doc, "gpus", list, ())),
-        ports=_ports(require(doc, "ports", list, ())),
+        ports=_ports(ports) if ports is not None else (),
     )
-    if len(_checked) >= MAX_CHECKED:
-        _checked.clear()
-    _checked[key] = inventory
-    return inventory
+    return inventory, key
 
 
 def _objects(items: Any, key: str, limit: int) -> Iterator[tuple[Loc, dict[str, Any]]]:
@@ -170,7 +240,7 @@ def _known_or_empty(obj: dict[str, Any], key: str, loc: Loc) -> str:
     return "" if obj.get(key) == "" else name(obj, key, loc)
 
 
-def _ports(items: list[Any]) -> tuple[PortInfo, ...]:
+def _ports(items: Any) -> tuple[PortInfo, ...]:
     ports = []
     for loc, item in _objects(items, "ports", MAX_DEVICES):
         port = require(item, "port", int, loc)

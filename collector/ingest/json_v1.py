@@ -10,17 +10,21 @@ import numpy as np
 import orjson
 
 from gpuscope.collector.ingest import samples as sample_rules
-from gpuscope.collector.ingest.batch import IngestError, Loc
-from gpuscope.collector.ingest.header import Header, header, require
+from gpuscope.collector.ingest.batch import MAX_JSON_BYTES, IngestError, Loc
+from gpuscope.collector.ingest.header import Header, Scope, header, remember, require
+from gpuscope.collector.ingest.samples import ExactInts
 from gpuscope.collector.store.batch import Batch, JobRef, Samples
 from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 
 VERSION = 1
 
 
-def decode(raw: bytes, window: tuple[float, float]) -> Batch:
+NO_PORT_SAMPLES: dict[str, Any] = {"ts": [], "port": [], "values": {}}
+
+
+def decode(raw: bytes, window: tuple[float, float], scope: Scope = None) -> Batch:
     doc = _parse_json(raw)
-    meta = header(doc, VERSION, window)
+    meta = header(doc, VERSION, window, scope)
     ignored: set[str] = set()
     gpu_samples = _samples(
         require(doc, "gpu_samples", dict, ()),
@@ -33,7 +37,7 @@ def decode(raw: bytes, window: tuple[float, float]) -> Batch:
         meta.jobs,
     )
     port_samples = _samples(
-        doc.get("port_samples") or {"ts": [], "port": [], "values": {}},
+        NO_PORT_SAMPLES if doc.get("port_samples") is None else doc["port_samples"],
         ("port_samples",),
         "port",
         PORT_COLUMNS,
@@ -41,6 +45,7 @@ def decode(raw: bytes, window: tuple[float, float]) -> Batch:
         window,
         ignored,
     )
+    remember(meta)
     return to_batch(meta, gpu_samples, port_samples, ignored)
 
 
@@ -65,6 +70,8 @@ def to_batch(meta: Header, gpu_samples: Samples, port_samples: Samples, ignored:
 
 def _parse_json(raw: bytes) -> Any:
     # orjson: several times faster than the json module, strict (no NaN or Infinity, UTF-8 only).
+    if len(raw) > MAX_JSON_BYTES:
+        raise IngestError(413, ("body",), f"JSON text exceeds {MAX_JSON_BYTES} bytes (after decompression)")
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -89,7 +96,7 @@ def _samples(
     jobs: tuple[JobRef, ...] | None = None,
 ) -> Samples:
     if not isinstance(obj, dict):
-        raise IngestError(422, loc, "must be an object")
+        raise IngestError(422, loc, "must be an object" + ("" if device_key == "gpu" else " (or omitted)"))
     ts_list = require(obj, "ts", list, loc)
     sample_rules.check_rows(len(ts_list), loc)
     ts = _numbers(ts_list, (*loc, "ts"), nullable=False)
@@ -110,14 +117,29 @@ def _samples(
     known = {c.key: c for c in columns}
     present = [known[key] for key in raw_values if key in known]
     ignored.update(key for key in raw_values if key not in known)
-    matrix = _matrix(raw_values, present, (*loc, "values"), rows)
+    matrix, exact = _matrix(raw_values, present, (*loc, "values"), rows)
     return sample_rules.samples(
-        loc, device_key, ts, device, listed, window, (present, matrix), up=up, job=job, job_count=len(jobs or ())
+        loc,
+        device_key,
+        ts,
+        device,
+        listed,
+        window,
+        (present, matrix),
+        up=up,
+        job=job,
+        job_count=len(jobs or ()),
+        exact=exact,
     )
 
 
-def _matrix(raw: dict[str, Any], present: list[Column], loc: Loc, rows: int) -> np.ndarray:
-    """The metric columns as one (columns x rows) float64 array, NaN for null; one type pass."""
+EXACT_DOUBLE = 2.0**53  # every integer up to this is a double; above it, JSON integers are kept as ints
+COLUMN_AT_A_TIME = 100_000  # values: a larger matrix is converted a column at a time
+
+
+def _matrix(raw: dict[str, Any], present: list[Column], loc: Loc, rows: int) -> tuple[np.ndarray, ExactInts]:
+    """The metric columns as one (columns x rows) float64 array, NaN for null (one type pass), and the
+    JSON integers of integer columns that a double would round (above 2^53), by (column, row)."""
     series = [raw[column.key] for column in present]
     for column, items in zip(present, series, strict=True):
         if not isinstance(items, list):
@@ -127,9 +149,20 @@ def _matrix(raw: dict[str, Any], present: list[Column], loc: Loc, rows: int) -> 
     if not {type(v) for items in series for v in items} <= {int, float, type(None)}:
         for column, items in zip(present, series, strict=True):
             _numbers(items, (*loc, column.key), nullable=True)  # raises, naming the entry
-    if not present:
-        return np.empty((0, rows))
-    return np.array(series, dtype=np.float64).reshape(len(present), rows)
+    if len(present) * rows <= COLUMN_AT_A_TIME:
+        matrix = np.array(series, dtype=np.float64).reshape(len(present), rows)
+    else:  # a column at a time: other threads (the event loop) run in between
+        matrix = np.empty((len(present), rows))
+        for i, items in enumerate(series):
+            matrix[i] = np.array(items, dtype=np.float64)
+    exact: ExactInts = {}
+    integer_rows = [i for i, column in enumerate(present) if column.integer]
+    if integer_rows:
+        for n, row in np.argwhere(np.abs(matrix[integer_rows]) >= EXACT_DOUBLE).tolist():  # NaN compares False
+            value = series[integer_rows[n]][row]
+            if type(value) is int:
+                exact[(integer_rows[n], row)] = value
+    return matrix, exact
 
 
 def _numbers(items: list[Any], loc: Loc, nullable: bool, length: int | None = None) -> np.ndarray:

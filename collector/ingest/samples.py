@@ -11,6 +11,7 @@ import numpy as np
 from gpuscope.collector.ingest.batch import (
     MAX_DEVICES,
     MAX_FUTURE_SECONDS,
+    MAX_JOB_RUNS,
     MAX_ROWS,
     MIN_TIMESTAMP,
     TIME_RULE,
@@ -18,7 +19,7 @@ from gpuscope.collector.ingest.batch import (
     Loc,
 )
 from gpuscope.collector.store.batch import Samples
-from gpuscope.collector.store.columns import Column
+from gpuscope.collector.store.columns import NULL_INT, Column
 
 
 def check_rows(rows: int, loc: Loc) -> None:
@@ -37,10 +38,11 @@ def samples(
     up: np.ndarray | None = None,
     job: np.ndarray | None = None,
     job_count: int = 0,
+    exact: ExactInts | None = None,
 ) -> Samples:
     """`device`: float or int per row, each must be in `listed`; `values`: the columns present and a
     (columns x rows) float64 matrix, NaN where not reported; `job`: positions in the batch's jobs
-    (0 to job_count-1) or -1."""
+    (0 to job_count-1) or -1; `exact`: integers a double cannot hold, by (column, row)."""
     check_rows(len(ts), loc)
     oldest, now = window
     _check_range(ts, (*loc, "ts"), max(oldest, MIN_TIMESTAMP), now + MAX_FUTURE_SECONDS, TIME_RULE)
@@ -58,10 +60,15 @@ def samples(
         bad = (job < -1) | (job >= job_count)
         if bad.any():
             i = int(np.argmax(bad))
-            raise IngestError(422, (*loc, "job", i), f"must be null or a position in jobs (0-{job_count - 1})")
+            raise IngestError(
+                422, (*loc, "job", i), f"must be null or -1 (no job) or a position in jobs (0-{job_count - 1})"
+            )
         job = job.astype(np.int64)
+        check_job_runs(ts, device, job, loc)
     present, matrix = values
-    return Samples(ts=ts, device=device, values=_metric_values(present, matrix, (*loc, "values")), up=up, job=job)
+    return Samples(
+        ts=ts, device=device, values=_metric_values(present, matrix, (*loc, "values"), exact), up=up, job=job
+    )
 
 
 def _unlisted(device: np.ndarray, listed: Sequence[int]) -> np.ndarray | None:
@@ -80,43 +87,102 @@ def _unlisted(device: np.ndarray, listed: Sequence[int]) -> np.ndarray | None:
     return unknown if unknown.any() else None
 
 
-_bounds: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, list[int]]] = {}
+# Integers a JSON parser reads exactly, keyed by (column position in `present`, row): version 1 sends
+# counters as JSON integers, and a double cannot hold one above 2^53 (2^63-1 becomes 2^63).
+ExactInts = dict[tuple[int, int], int]
+
+# Per list of columns: their bounds as doubles (the exact bounds rounded inwards; columns x 2 x 1) and
+# the positions of the integer columns. Batches from one kind of node carry the same list every time;
+# bounded, as a sender chooses its lists (any subset, in any order, of the known keys).
+_bounds: dict[tuple[str, ...], tuple[np.ndarray, list[int]]] = {}
+MAX_BOUND_LISTS = 256
 
 
-def _bounds_of(present: Sequence[Column]) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Per-row low and high bounds and the rows stored as integers, for a list of columns. Batches
-    from one kind of node carry the same list every time: kept by their keys (a handful of lists)."""
+def _bounds_of(present: Sequence[Column]) -> tuple[np.ndarray, list[int]]:
     keys = tuple(c.key for c in present)
     found = _bounds.get(keys)
     if found is None:
-        low = np.array([[c.low] for c in present])
-        high = np.array([[c.high] for c in present])
-        found = _bounds[keys] = (low, high, [i for i, c in enumerate(present) if c.integer])
+        if len(_bounds) >= MAX_BOUND_LISTS:
+            _bounds.clear()
+        bounds = np.array([c.float_bounds for c in present]).reshape(len(present), 2, 1)
+        found = _bounds[keys] = (bounds, [i for i, c in enumerate(present) if c.integer])
     return found
 
 
-def _metric_values(present: Sequence[Column], matrix: np.ndarray, loc: Loc) -> dict[str, np.ndarray]:
+def _metric_values(
+    present: Sequence[Column], matrix: np.ndarray, loc: Loc, exact: ExactInts | None = None
+) -> dict[str, np.ndarray]:
     """All metric columns checked at once: one range comparison over the 2-D array. Per-column work
-    happens only to name a column at fault."""
+    happens only to name a column at fault. Integer columns become int64 (NULL_INT: not reported).
+
+    A double is in range when it lies within its column's bounds as doubles; an exact integer (from
+    `exact`) when it lies within the exact bounds: integers are compared as integers."""
     if not present:
         return {}
-    low, high, integer_rows = _bounds_of(present)
-    bad = np.isinf(matrix) | (matrix < low) | (matrix > high)  # comparisons with NaN are False, silently
+    bounds, integer_rows = _bounds_of(present)
+    bad = np.isinf(matrix) | (matrix < bounds[:, 0]) | (matrix > bounds[:, 1])  # NaN compares False, silently
+    exact = exact or {}
+    for (i, row), value in exact.items():
+        bad[i, row] = not present[i].low <= value <= present[i].high
     if bad.any():
         i, row = (int(x) for x in np.argwhere(bad)[0])
         column = present[i]
+        shown = exact.get((i, row))
         value = matrix[i, row]
-        if np.isinf(value):
+        if shown is None and np.isinf(value):
             raise IngestError(422, (*loc, column.key, row), "out of range (overflows a double)")
         raise IngestError(
             422,
             (*loc, column.key, row),
-            f"{value:g} is out of range: expected between {column.low:g} and {column.high:g}",
+            f"{shown if shown is not None else format(value, 'g')} is out of range: expected between"
+            f" {_bound(column.low)} and {_bound(column.high)}",
         )
+    out = dict(zip((c.key for c in present), matrix, strict=True))
     if integer_rows:
-        matrix = matrix.copy()  # it may be a read-only view of the request body
-        matrix[integer_rows] = np.rint(matrix[integer_rows])
-    return dict(zip((c.key for c in present), matrix, strict=True))
+        integers = _to_int64(matrix, integer_rows, exact)
+        out.update((present[i].key, values) for i, values in zip(integer_rows, integers, strict=True))
+    return out
+
+
+def _to_int64(matrix: np.ndarray, rows: list[int], exact: ExactInts) -> np.ndarray:
+    """The integer columns `rows` of `matrix`, rounded (every value is in range: checked), NULL_INT where
+    not reported, with the exact integers in place of their doubles."""
+    values = matrix[rows]  # a copy: the matrix may be a read-only view of the request body
+    missing = np.isnan(values)
+    values[missing] = 0
+    position = {row: n for n, row in enumerate(rows)}
+    for i, row in exact:
+        values[position[i], row] = 0  # its double may be 2^63 (the nearest to 2^63-1): no int64 holds that
+    out = np.rint(values).astype(np.int64)
+    out[missing] = NULL_INT
+    for (i, row), value in exact.items():
+        out[position[i], row] = value
+    return out
+
+
+def _bound(value: float | int) -> str:
+    return str(value) if type(value) is int else f"{value:g}"
+
+
+def check_job_runs(ts: np.ndarray, device: np.ndarray, job: np.ndarray, loc: Loc) -> None:
+    """Each GPU's rows in time order form runs of the same `job`: at most MAX_JOB_RUNS per GPU in a
+    batch, so the allocation work a batch asks for (store/allocations.py) stays bounded."""
+    if len(job) <= MAX_JOB_RUNS:
+        return
+    order = np.lexsort((ts, device))
+    dev, jobs = device[order], job[order]
+    starts = np.r_[True, (dev[1:] != dev[:-1]) | (jobs[1:] != jobs[:-1])]
+    run_index = np.cumsum(starts)  # 1-based run number, over all GPUs
+    first_run_of_gpu = np.maximum.accumulate(np.where(np.r_[True, dev[1:] != dev[:-1]], run_index, 0))
+    nth = run_index - first_run_of_gpu + 1  # the run's number within its GPU
+    if nth.max() > MAX_JOB_RUNS:
+        row = int(order[int(np.argmax(nth > MAX_JOB_RUNS))])
+        raise IngestError(
+            422,
+            (*loc, "job", row),
+            f"GPU {int(device[row])} changes job too often: at most {MAX_JOB_RUNS} runs of one job (or of none)"
+            " per GPU in a batch",
+        )
 
 
 def _check_range(array: np.ndarray, loc: Loc, low: float, high: float, expected: str) -> None:

@@ -24,6 +24,10 @@ class IngestMetrics:
         )
 
 
+# Bodies decoded in worker threads at once: each may take up to a few hundred MB while it is parsed.
+DECODE_THREADS = 2
+
+
 @dataclass
 class IngestState:
     auth: TokenAuth
@@ -33,6 +37,7 @@ class IngestState:
     retention_s: float = 30 * 86400.0
     registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
     cache: InventoryCache = field(default_factory=InventoryCache)
+    decode_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(DECODE_THREADS))
 
     def __post_init__(self) -> None:
         self.metrics = IngestMetrics(self.registry)

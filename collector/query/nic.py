@@ -37,9 +37,12 @@ def nic_series(
     if column.counter:
         # Increase over elapsed time between consecutive samples; an interval where the counter went
         # down (reset, or a replaced card) is left out rather than shown as a huge negative rate.
+        # In numeric: bigint arithmetic overflows on a difference beyond 2^63-1 (rows an older collector
+        # stored wrapped to -2^63), and a read must not fail on what is stored.
         statement = sql.SQL(
             "SELECT port_id, date_bin(%(bucket)s, ts, %(origin)s), sum(d)::float8 / nullif(sum(dt), 0) FROM ("
-            " SELECT port_id, ts, {m} - lag({m}) OVER w AS d, extract(epoch FROM ts - lag(ts) OVER w) AS dt"
+            " SELECT port_id, ts, {m}::numeric - lag({m}::numeric) OVER w AS d,"
+            " extract(epoch FROM ts - lag(ts) OVER w) AS dt"
             " FROM ib_port_sample WHERE ts >= %(look_back)s AND ts < %(end)s AND port_id = ANY(%(ports)s)"
             " WINDOW w AS (PARTITION BY port_id ORDER BY ts)) AS steps"
             " WHERE ts >= %(start)s AND d >= 0 GROUP BY 1, 2"

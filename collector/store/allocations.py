@@ -4,10 +4,15 @@ For each GPU, the batch's rows (in time order) form runs of the same job. The fi
 GPU's open allocation if it is the same job; any change of job closes the open allocation at the
 first sample showing the change and opens the next one. Batches can arrive late or twice: rows older
 than an allocation's last_seen never reopen or shorten it.
+
+A batch's runs are worked out with numpy and written with three statements whatever their number (the
+open allocations locked and read, then updated, then the new ones inserted), so the cost of a batch
+does not grow with a statement per run; ingest caps runs per GPU per batch (ingest/batch.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,50 +23,128 @@ from gpuscope.collector.store.batch import Batch
 
 # An exporter silent this long no longer vouches for its allocations: they end at their last sighting.
 STALE_AFTER = timedelta(minutes=5)
+NO_JOB = -1
+MAX_GPU_INDEX = 4096
+
+# Times travel as integer microseconds since the epoch (exact, and compared as stored); -1: none.
+_UPDATE_OPEN = (
+    "UPDATE job_allocation AS a SET"
+    " last_seen = CASE WHEN u.seen >= 0 THEN timestamptz 'epoch' + u.seen * interval '1 microsecond'"
+    "  ELSE a.last_seen END,"
+    " ended_at = CASE WHEN u.ended >= 0"
+    "  THEN greatest(timestamptz 'epoch' + u.ended * interval '1 microsecond', a.started_at) END"
+    " FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS u(id, seen, ended)"
+    " WHERE a.allocation_id = u.id"
+)
+_INSERT_NEW = (
+    "INSERT INTO job_allocation (job_id, username, node_id, gpu_id, started_at, last_seen, ended_at)"
+    " SELECT job_id, username, %s, gpu_id,"
+    "  timestamptz 'epoch' + first_us * interval '1 microsecond',"
+    "  timestamptz 'epoch' + last_us * interval '1 microsecond',"
+    "  CASE WHEN next_us >= 0 THEN timestamptz 'epoch' + next_us * interval '1 microsecond' END"
+    " FROM unnest(%s::text[], %s::text[], %s::int[], %s::bigint[], %s::bigint[], %s::bigint[])"
+    "  AS r(job_id, username, gpu_id, first_us, last_us, next_us)"
+)
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Runs of consecutive rows (per GPU, in time order) with the same job, sorted by GPU then time."""
+
+    gpu: np.ndarray  # GPU index
+    job: np.ndarray  # a position in Batch.jobs (the first with that job id), or NO_JOB
+    sent: np.ndarray  # the position the run's first row gave (its user is the allocation's)
+    first_us: np.ndarray  # the run's first and last sample
+    last_us: np.ndarray
+    next_us: np.ndarray  # the first sample of the GPU's next run; -1: this is its last run
+    first_of_gpu: np.ndarray  # bool
+
+
+def job_runs(ts: np.ndarray, device: np.ndarray, job: np.ndarray, job_ids: list[str]) -> Runs:
+    """`job`: per row a position in the batch's jobs, or -1. Positions naming the same job id are one
+    job (so a run is not cut where only the user differs)."""
+    first_position = {job_id: n for n, job_id in reversed(list(enumerate(job_ids)))}
+    canonical = np.array([first_position[j] for j in job_ids] + [NO_JOB], dtype=np.int64)
+    order = np.lexsort((ts, device))
+    dev = device[order]
+    sent = job[order]
+    jobs = canonical[sent]  # -1 indexes the NO_JOB at the end
+    us = np.rint(ts[order] * 1e6).astype(np.int64)
+    new_gpu = np.r_[True, dev[1:] != dev[:-1]]
+    starts = np.flatnonzero(new_gpu | np.r_[True, jobs[1:] != jobs[:-1]])
+    ends = np.r_[starts[1:], len(dev)] - 1
+    gpu = dev[starts]
+    first_us = us[starts]
+    same_gpu_next = np.r_[gpu[1:] == gpu[:-1], False]
+    return Runs(
+        gpu=gpu,
+        job=jobs[starts],
+        sent=sent[starts],
+        first_us=first_us,
+        last_us=us[ends],
+        next_us=np.where(same_gpu_next, np.r_[first_us[1:], -1], -1),
+        first_of_gpu=new_gpu[starts],
+    )
 
 
 async def record(conn: AsyncConnection[Any], node_id: int, gpu_ids: dict[int, int], batch: Batch) -> None:
     samples = batch.gpu_samples
     if samples.job is None or len(samples) == 0:
         return
+    runs = job_runs(samples.ts, samples.device, samples.job, [j.job_id for j in batch.jobs])
+    index_to_id = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)
     for index, gpu_id in gpu_ids.items():
-        rows = np.flatnonzero(samples.device == index)
-        if rows.size == 0:
-            continue
-        rows = rows[np.argsort(samples.ts[rows], kind="stable")]
-        ts, jobs = samples.ts[rows], samples.job[rows]
-        starts = np.flatnonzero(np.r_[True, jobs[1:] != jobs[:-1]])
-        for n, start in enumerate(starts.tolist()):
-            end = starts[n + 1] if n + 1 < len(starts) else len(jobs)
-            job = int(jobs[start])
-            await _apply_run(
-                conn, node_id, gpu_id, batch.jobs[job] if job >= 0 else None, _at(ts[start]), _at(ts[end - 1])
-            )
+        index_to_id[index] = gpu_id
 
-
-async def _apply_run(
-    conn: AsyncConnection[Any], node_id: int, gpu_id: int, job: Any, first: datetime, last: datetime
-) -> None:
+    # The open allocations of these GPUs, locked for the rest of the transaction.
     cur = await conn.execute(
-        "SELECT allocation_id, job_id, last_seen FROM job_allocation WHERE gpu_id = %s AND ended_at IS NULL FOR UPDATE",
-        (gpu_id,),
+        "SELECT gpu_id, allocation_id, job_id, (extract(epoch FROM last_seen) * 1000000)::bigint"
+        " FROM job_allocation WHERE gpu_id = ANY(%s) AND ended_at IS NULL ORDER BY gpu_id FOR UPDATE",
+        (sorted(gpu_ids.values()),),
     )
-    open_row = await cur.fetchone()
-    if open_row is not None and last <= open_row[2]:
-        return  # old news: a late or repeated batch
-    if open_row is not None and job is not None and open_row[1] == job.job_id:
-        await conn.execute("UPDATE job_allocation SET last_seen = %s WHERE allocation_id = %s", (last, open_row[0]))
-        return
-    if open_row is not None:
+    id_to_index = {gpu_id: index for index, gpu_id in gpu_ids.items()}
+    job_position = {j.job_id: n for n, j in reversed(list(enumerate(batch.jobs)))}
+    open_id = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)
+    open_job = np.full(MAX_GPU_INDEX, -2, dtype=np.int64)  # -2: a job not in this batch
+    open_last = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)
+    for gpu_id, allocation_id, job_id, last_us in await cur.fetchall():
+        index = id_to_index[gpu_id]
+        open_id[index], open_last[index] = allocation_id, last_us
+        open_job[index] = job_position.get(job_id, -2)
+
+    has_open = open_id[runs.gpu] >= 0
+    # Old news (a late or repeated batch): runs that end no later than the open allocation was last seen.
+    # In time order these are the first runs of a GPU, so the runs kept are the rest.
+    kept = ~(has_open & (runs.last_us <= open_last[runs.gpu]))
+    first_kept = kept & (runs.first_of_gpu | ~np.r_[False, kept[:-1]])
+    meets_open = first_kept & has_open
+    continues = meets_open & (runs.job != NO_JOB) & (runs.job == open_job[runs.gpu])
+
+    # The open allocation a GPU's first kept run meets: continued (seen until that run's end, and ended
+    # where the next run starts, if one does), or ended where that run starts.
+    if meets_open.any():
+        ends = np.where(continues, runs.next_us, runs.first_us)[meets_open]
+        seen = np.where(continues, runs.last_us, -1)[meets_open]
         await conn.execute(
-            "UPDATE job_allocation SET ended_at = greatest(%s, started_at) WHERE allocation_id = %s",
-            (first, open_row[0]),
+            _UPDATE_OPEN,
+            (open_id[runs.gpu[meets_open]].tolist(), seen.tolist(), ends.tolist()),
         )
-    if job is not None:
+
+    # Every other kept run of a job is an allocation of its own, ended where the GPU's next run starts.
+    new = kept & (runs.job != NO_JOB) & ~continues
+    if new.any():
+        positions = runs.sent[new].tolist()
         await conn.execute(
-            "INSERT INTO job_allocation (job_id, username, node_id, gpu_id, started_at, last_seen)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            (job.job_id, job.user, node_id, gpu_id, first, last),
+            _INSERT_NEW,
+            (
+                node_id,
+                [batch.jobs[p].job_id for p in positions],
+                [batch.jobs[p].user for p in positions],
+                index_to_id[runs.gpu[new]].tolist(),
+                runs.first_us[new].tolist(),
+                runs.last_us[new].tolist(),
+                runs.next_us[new].tolist(),
+            ),
         )
 
 
@@ -72,7 +155,3 @@ async def expire_stale(conn: AsyncConnection[Any], now: datetime | None = None) 
         ((now or datetime.now(UTC)) - STALE_AFTER,),
     )
     return cur.rowcount
-
-
-def _at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(float(seconds), UTC)

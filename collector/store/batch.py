@@ -42,7 +42,8 @@ class EventIn:
 class Samples:
     ts: np.ndarray  # float64 seconds since the epoch
     device: np.ndarray  # int: GPU index, or position in `ports`
-    values: dict[str, np.ndarray]  # column key -> float64, NaN where not reported
+    # column key -> float64 (NaN: not reported); integer columns int64 (columns.NULL_INT: not reported)
+    values: dict[str, np.ndarray]
     up: np.ndarray | None = None  # bool, GPUs only
     job: np.ndarray | None = None  # int position in Batch.jobs, -1 for no job; None: attribution not reported
 

@@ -8,20 +8,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-INT64_MAX = float(2**63 - 1)
+import numpy as np
+
+INT64_MAX = 2**63 - 1  # an int, not a float: float(2**63 - 1) is 2^63, one past the bound
+# "Not reported" in an integer column (a value no column allows: every integer column's low is >= 0).
+NULL_INT = -(2**63)
 
 
 @dataclass(frozen=True)
 class Column:
     key: str
     pg_type: str  # as given to psycopg's binary COPY set_types
-    low: float
-    high: float
+    low: float | int  # exact: ints for integer columns
+    high: float | int
     counter: bool = False  # only increases (until a reset): charts show its rate
+
+    def __post_init__(self) -> None:
+        if self.integer and not (type(self.low) is int and type(self.high) is int and self.low > NULL_INT):
+            raise ValueError(f"{self.key}: an integer column's bounds are ints above {NULL_INT}")
 
     @property
     def integer(self) -> bool:
         return self.pg_type in ("int2", "int4", "int8")
+
+    @property
+    def float_bounds(self) -> tuple[float, float]:
+        """The bounds as doubles a double must fall within: the exact bounds rounded inwards (for
+        int8, float(2^63-1) would be 2^63, which no int8 holds; the largest double below is 2^63-1024)."""
+        low, high = float(self.low), float(self.high)
+        if low < self.low:
+            low = float(np.nextafter(low, np.inf))
+        if high > self.high:
+            high = float(np.nextafter(high, -np.inf))
+        return low, high
 
 
 def _counter(key: str) -> Column:
@@ -33,8 +52,8 @@ GPU_COLUMNS: tuple[Column, ...] = (
     Column("mem_copy_util_pct", "float4", 0, 100),
     Column("sm_active_pct", "float4", 0, 100),
     Column("tensor_active_pct", "float4", 0, 100),
-    Column("fb_used_bytes", "int8", 0, 2.0**50),
-    Column("fb_total_bytes", "int8", 0, 2.0**50),
+    Column("fb_used_bytes", "int8", 0, 2**50),
+    Column("fb_total_bytes", "int8", 0, 2**50),
     Column("temp_c", "float4", -40, 200),
     Column("mem_temp_c", "float4", -40, 200),
     Column("power_w", "float4", 0, 10_000),

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuscope.collector.store.columns import NULL_INT
+
 HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
 TRAILER = b"\xff\xff"
 PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01 in Unix microseconds
@@ -30,10 +32,15 @@ WIRE_TYPES = {
 }
 
 
+# The range of each integer type: a value outside it is refused here, never wrapped around.
+INT_RANGES = {"int2": (-(2**15), 2**15 - 1), "int4": (-(2**31), 2**31 - 1), "int8": (-(2**63), 2**63 - 1)}
+
+
 @dataclass(frozen=True)
 class CopyColumn:
     pg_type: str
-    values: np.ndarray  # float64 with NaN for NULL, or ints/bools without NULLs; timestamptz: Unix seconds
+    # float64 with NaN for NULL; or ints (int64: NULL_INT for NULL) or bools; timestamptz: Unix seconds
+    values: np.ndarray
 
 
 def encode(columns: Sequence[CopyColumn]) -> bytes:
@@ -58,13 +65,34 @@ def _to_wire(column: CopyColumn) -> tuple[np.ndarray, np.ndarray]:
     if values.dtype.kind == "f":
         mask = np.isnan(values)
         values = np.where(mask, 0, values)
+    elif values.dtype == np.int64:
+        mask = values == NULL_INT
+        values = np.where(mask, 0, values)
     else:
         mask = np.zeros(len(values), dtype=bool)
     if column.pg_type == "timestamptz":
         values = np.rint(values * 1_000_000).astype(np.int64) - PG_EPOCH_US
-    elif column.pg_type in ("int2", "int4", "int8", "bool"):
-        values = np.rint(values).astype(np.int64) if values.dtype.kind == "f" else values
+    elif column.pg_type in INT_RANGES:
+        if values.dtype.kind == "f":
+            values = np.rint(values)
+        _check_range(column.pg_type, values)
+        values = values.astype(np.int64)
     return values.astype(dtype), mask
+
+
+def _check_range(pg_type: str, values: np.ndarray) -> None:
+    """Refuse, rather than wrap, a value its integer type cannot hold (validation keeps them out;
+    this is the last line: float 2^63 cast to int64 would be stored as -2^63)."""
+    if not len(values):
+        return
+    low, high = INT_RANGES[pg_type]
+    smallest, largest = values.min(), values.max()
+    if values.dtype.kind == "f":  # doubles compared with doubles: 2^63 itself is out
+        fits = smallest >= float(low) and largest < -float(low)
+    else:
+        fits = low <= int(smallest) and int(largest) <= high
+    if not fits:
+        raise ValueError(f"{pg_type} value out of range: {smallest} .. {largest}")
 
 
 def _encode_group(values: list[np.ndarray], null_pattern: np.ndarray, members: np.ndarray) -> bytes:

@@ -15,7 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from gpuscope.collector.store import allocations, events, partitions, rollups
 from gpuscope.collector.store.batch import Batch, Samples
-from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+from gpuscope.collector.store.columns import GPU_COLUMNS, NULL_INT, PORT_COLUMNS, Column
 from gpuscope.collector.store.copy_binary import CopyColumn
 from gpuscope.collector.store.copy_binary import encode as encode_copy
 from gpuscope.collector.store.timescale import Layout
@@ -32,8 +32,11 @@ class InventoryCache:
     """Ids of nodes, GPUs and ports already in the database, so steady-state batches skip the upserts,
     and the storage layout they are written to.
 
-    Entries are added only after the transaction that created them commits.
+    Entries are added only after the transaction that created them commits. Each table is emptied when
+    it reaches MAX_IDS (a node's token may rename its GPUs in every batch; each name would stay cached).
     """
+
+    MAX_IDS = 200_000
 
     def __init__(self, layout: Layout = "plain") -> None:
         # TimescaleDB makes its own chunks and keeps its own aggregates: no partitions or dirty minutes.
@@ -84,6 +87,8 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
                 await events.record(conn, node_id, gpu_ids, batch)
         await _mark_seen(conn, [node_id for node_id, _, _ in ids])
     for table, key, value in new_entries:
+        if len(table) >= cache.MAX_IDS:
+            table.clear()  # ids are found again on a miss: only the upsert is repeated
         table[key] = value
     return [
         StoreResult(duplicate=False, gpu_rows=len(b.gpu_samples), port_rows=len(b.port_samples))
@@ -247,8 +252,10 @@ async def _copy(
         copy_columns.append(CopyColumn("bool", np.concatenate([samples.up for samples, _ in parts])))
         names.append("up")
     for column in present:
+        # A part without the column: NULLs of its kind (NaN would make an int64 column doubles, inexact).
+        missing = NULL_INT if column.integer else np.nan
         values = [
-            samples.values[column.key] if column.key in samples.values else np.full(len(samples), np.nan)
+            samples.values[column.key] if column.key in samples.values else np.full(len(samples), missing)
             for samples, _ in parts
         ]
         copy_columns.append(CopyColumn(column.pg_type, np.concatenate(values)))

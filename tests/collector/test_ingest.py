@@ -292,7 +292,7 @@ def test_nvml_batch_with_every_metric_is_stored(collector: RunningCollector) -> 
 
 def test_per_node_token_is_valid_for_its_node_only(dsn: str) -> None:
     shared, mine = "shared-token-0123456789", "node-000-token-0123456789"
-    with running_collector(dsn, token=shared, node_tokens={"node-000": mine}) as collector:
+    with running_collector(dsn, token=shared, node_tokens={"test/node-000": mine}) as collector:
         running = replace(collector, token=mine)
         assert post(running, make_batch(seq=1)).status_code == 200  # make_batch reports node-000
         other = make_batch(seq=2)
@@ -318,11 +318,11 @@ def test_node_tokens_file_rules(tmp_path) -> None:  # type: ignore[no-untyped-de
     from gpuscope.core.tokens import TokenError
 
     good = tmp_path / "tokens"
-    good.write_text("# node token\nnode-1 aaaaaaaaaaaaaaaaaaaa\n\nnode-2 bbbbbbbbbbbbbbbbbbbb\n")
-    assert read_node_tokens(good) == {"node-1": "a" * 20, "node-2": "b" * 20}
+    good.write_text("# cluster/node token\nc/node-1 aaaaaaaaaaaaaaaaaaaa\n\nc/node-2 bbbbbbbbbbbbbbbbbbbb\n")
+    assert read_node_tokens(good) == {("c", "node-1"): "a" * 20, ("c", "node-2"): "b" * 20}
     for text, message in (
-        ("node-1\n", "expected 'NODE TOKEN'"),
-        ("n t1111111111111111\nn t2222222222222222\n", "twice"),
+        ("c/node-1\n", "expected 'CLUSTER/NODE TOKEN'"),
+        ("c/n t1111111111111111\nc/n t2222222222222222\n", "twice"),
         ("# nothing\n", "no node tokens"),
     ):
         bad = tmp_path / "bad"
