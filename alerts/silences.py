@@ -35,6 +35,7 @@ class Silence:
         }  # fmt: skip
 
 
+MAX_SILENCE = dt.timedelta(days=366)  # as long as duration_s may say: ends_at must not say longer
 SILENCE_COLUMNS = "silence_id, matchers, starts_at, ends_at, created_by, comment, created_at"
 
 
@@ -52,4 +53,6 @@ def check_new(
     starts_at = starts_at or now
     if ends_at <= max(starts_at, now):
         raise ValueError("the silence would end before it starts or in the past")
+    if ends_at - now > MAX_SILENCE:
+        raise ValueError(f"a silence lasts at most {MAX_SILENCE.days} days (ends_at is further away)")
     return starts_at

@@ -55,6 +55,7 @@ def test_silences_are_created_listed_and_expired_with_the_admin_token(api: str) 
         ({"matchers": ["node=a"]}, "exactly one of duration_s and ends_at"),
         ({"matchers": ["node=a"], "duration_s": -5}, "greater than 0"),
         ({"matchers": ["node=a"], "ends_at": "2020-01-01T00:00:00Z"}, "in the past"),
+        ({"matchers": ["node=a"], "ends_at": "9999-12-31T23:59:59Z"}, "at most 366 days"),
         ({"matchers": ["node=a"], "ends_at": "2030-01-01T00:00:00"}, "needs a time zone"),
     ],
 )
