@@ -53,7 +53,7 @@ class Settings:
     min_util_drop: float = 0.06  # a node's GPUs idle outside kernels by this much more than their peers
     min_wait_rise: float = 4.0  # a port's transmit waits this many times its normal
     min_link_drop: float = 0.1  # or its link running this much below its normal rate (trained down)
-    gate_activity: float = 5.0  # job median tensor activity (%) below this: a pause, skipped
+    gate_activity: float = 5.0  # the job's tensor activity (%, fast average) below this: a pause, skipped
     pause_fraction: float = 0.3  # ... or below this fraction of its normal (a job 3.3x slower)
     after_pause_s: float = 80.0  # four fast time constants: the averages within 2% of running again
     min_traffic_bps: float = 1e6  # the job sends at least this much per port: traffic is a second route
@@ -170,11 +170,11 @@ class JobDetector:
         )
         for signal, values in signals:
             signal.observe(values)
+        if settling:
+            return
         # Normals stand still while a straggler is active, so a long one does not become normal; but
         # not for ever, or a wrong declaration (a job that settled slower after its start, say) would
         # keep itself alive by keeping the normal it is judged against.
-        if settling:
-            return
         if self.active is None or t - self.active.started_s >= s.max_freeze_s:
             self._level.learn(np.array([level]))
             for signal, values in signals:

@@ -55,12 +55,13 @@ class StragglerWatch:
         await self._follow_jobs(conn, _bucket(now))
         if not self.jobs:
             return 0
-        complete = await self._complete(conn, now)
+        gpu_ids = sorted({g for job in self.jobs.values() for g in job.gpu_ids})
+        complete = await self._complete(conn, now, gpu_ids)
         start = min(job.cursor for job in self.jobs.values())
         end = max(complete.values())
         if start >= end:
             return 0
-        gpu_rows, nic_rows = await self._samples(conn, start, end)
+        gpu_rows, nic_rows = await self._samples(conn, start, end, gpu_ids)
         # Rows into arrays once per cycle, (values, id, bucket), so each job takes its slice.
         gpus = _Grid(gpu_rows, 5, start, end)  # tensor, util, clock, reasons, SM activity
         ports = _Grid(nic_rows, 3, start, end)  # wait rate, bytes rate, link rate
@@ -102,12 +103,12 @@ class StragglerWatch:
             cursor = _bucket(max(started, end - REPLAY))
             self.jobs[job_id] = _Job(gpus, node_ids, port_ids, detector, cursor)
 
-    async def _complete(self, conn: AsyncConnection[Any], now: datetime) -> dict[str, datetime]:
+    async def _complete(self, conn: AsyncConnection[Any], now: datetime, gpu_ids: list[int]) -> dict[str, datetime]:
         """Per job, the end of its complete buckets: the bucket of the oldest latest sample among its
         GPUs that reported in the last SILENT (a job none of whose GPUs report moves on regardless)."""
         cur = await conn.execute(
             "SELECT gpu_id, max(ts) FROM gpu_sample WHERE ts >= %s AND ts <= %s AND gpu_id = ANY(%s) GROUP BY gpu_id",
-            (now - SILENT, now, sorted({g for job in self.jobs.values() for g in job.gpu_ids})),
+            (now - SILENT, now, gpu_ids),
         )
         latest: dict[int, datetime] = dict(await cur.fetchall())
         complete = {}
@@ -116,8 +117,9 @@ class StragglerWatch:
             complete[job_id] = max(job.cursor, _bucket(min(reported) if reported else now - SILENT))
         return complete
 
-    async def _samples(self, conn: AsyncConnection[Any], start: datetime, end: datetime) -> tuple[list, list]:
-        gpu_ids = sorted({g for job in self.jobs.values() for g in job.gpu_ids})
+    async def _samples(
+        self, conn: AsyncConnection[Any], start: datetime, end: datetime, gpu_ids: list[int]
+    ) -> tuple[list, list]:
         port_ids = sorted({p for job in self.jobs.values() for p in job.port_ids})
         params = {"bucket": SAMPLE, "origin": EPOCH, "start": start, "end": end, "gpus": gpu_ids, "ports": port_ids}
         cur = await conn.execute(
