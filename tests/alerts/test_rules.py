@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from gpuscope.alerts.config import ConfigError, parse_notify_config
@@ -103,6 +105,24 @@ def test_matchers_follow_alertmanager() -> None:
     for bad in ("node", "=x", "node=~(", "no de=x"):
         with pytest.raises(ValueError):
             parse_matcher(bad)
+
+
+@pytest.mark.timeout(20)
+def test_a_hostile_regex_cannot_stall_matching() -> None:
+    """`(a*)*b` backtracks exponentially in Python's re (30 a's take minutes); RE2 answers at once."""
+    started = time.perf_counter()
+    for pattern in ("(a*)*b", "(a|a)*b", "(a+)+$x", "(.*a){20}b"):
+        assert not parse_matcher(f"node=~{pattern}").matches({"node": "a" * 50_000})
+    assert time.perf_counter() - started < 2.0
+
+
+def test_regex_syntax_is_alertmanagers() -> None:
+    """Go's regexp (RE2) has no back-references or look-around: Alertmanager refuses them, so do we."""
+    for pattern in (r"(a)\1", "(?=a)a", "(?<!b)a"):
+        with pytest.raises(ValueError, match="bad regular expression"):
+            parse_matcher(f"node=~{pattern}")
+    assert parse_matcher(r"node=~gpu-\d{2}").matches({"node": "gpu-07"})
+    assert parse_matcher("node=~(?i)GPU-07").matches({"node": "gpu-07"})
 
 
 def _config(**overrides: object) -> dict[str, object]:
