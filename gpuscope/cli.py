@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import TextIO
 
 from gpuscope.alerts import cli as alerts_cli
 from gpuscope.core.logredact import configure_logging
+from gpuscope.core.tokens import dsn_with_password_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +86,12 @@ def _parser() -> argparse.ArgumentParser:
 
     collector = commands.add_parser("collector", help="ingest API and read API over PostgreSQL")
     collector.add_argument("--listen", help="HOST:PORT (default 0.0.0.0:9410)")
-    collector.add_argument("--db", help="PostgreSQL DSN (default: embedded server in --data-dir)")
+    collector.add_argument(
+        "--db", help="PostgreSQL DSN (default: $GPUSCOPE_COLLECTOR_DB, else an embedded server in --data-dir)"
+    )
+    collector.add_argument(
+        "--db-password-file", type=Path, help="the database password, kept out of the DSN and the command line"
+    )
     collector.add_argument("--data-dir", type=Path)
     collector.add_argument("--token-file", type=Path, help="ingest bearer token (default: generated in --data-dir)")
     collector.add_argument(
@@ -116,7 +123,14 @@ def _parser() -> argparse.ArgumentParser:
 
     dashboard = commands.add_parser("dashboard", help="the web UI")
     dashboard.add_argument("--listen", default="127.0.0.1:8050", help="HOST:PORT (default 127.0.0.1:8050)")
-    dashboard.add_argument("--db", help="PostgreSQL DSN of the collector's database (a read replica will do)")
+    dashboard.add_argument(
+        "--db",
+        default=os.environ.get("GPUSCOPE_DASHBOARD_DB"),
+        help="PostgreSQL DSN of the collector's database, a read replica will do (default: $GPUSCOPE_DASHBOARD_DB)",
+    )
+    dashboard.add_argument(
+        "--db-password-file", type=Path, help="the database password, kept out of the DSN and the command line"
+    )
     dashboard.add_argument("--collector", metavar="URL", help="collector base URL: silences are managed through it")
     dashboard.add_argument("--basic-auth-file", type=Path, help="require a login: 'user:pbkdf2_sha256$...' lines")
     dashboard.add_argument("--rack-budgets", type=Path, help="YAML mapping of rack (or cluster/rack) to a budget in kW")
@@ -198,6 +212,7 @@ def _run_collector(args: argparse.Namespace) -> int:
         for key, value in {
             "listen": args.listen,
             "db": args.db,
+            "db_password_file": args.db_password_file,
             "data_dir": args.data_dir,
             "token_file": args.token_file,
             "node_tokens_file": args.node_tokens_file,
@@ -230,7 +245,7 @@ def _run_dashboard(args: argparse.Namespace) -> None:
         raise ValueError("--db DSN is required (the collector's database, or a replica of it)")
     dashboard_process.run(
         dashboard_process.DashboardSettings(
-            db=args.db,
+            db=dsn_with_password_file(args.db, args.db_password_file),
             listen=args.listen,
             collector_url=args.collector,
             basic_auth_file=args.basic_auth_file,

@@ -31,7 +31,7 @@ from gpuscope.collector.workers import reuse_port_socket, run_workers
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.listen import parse_listen
 from gpuscope.core.logredact import configure_logging
-from gpuscope.core.tokens import read_token_file
+from gpuscope.core.tokens import dsn_with_password_file, read_token_file
 from gpuscope.stragglers.part import stragglers_part
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ class CollectorSettings(BaseSettings):
 
     listen: str = DEFAULT_LISTEN
     db: SecretStr | None = None  # a DSN carries a password: never printed
+    db_password_file: Path | None = None  # the password for `db`, kept out of the command line
     data_dir: Path = default_data_dir()
     token_file: Path | None = None
     node_tokens_file: Path | None = None  # 'CLUSTER/NODE TOKEN' per line: valid for that node of that cluster
@@ -147,8 +148,10 @@ def run(settings: CollectorSettings) -> int:
 def database(settings: CollectorSettings) -> Iterator[str]:
     """A DSN: the one configured, or an embedded server's for as long as the context lasts."""
     if settings.db is not None:
-        yield settings.db.get_secret_value()
+        yield dsn_with_password_file(settings.db.get_secret_value(), settings.db_password_file)
         return
+    if settings.db_password_file is not None:
+        raise ValueError("--db-password-file needs --db (a DSN without its password)")
     with EmbeddedPostgres(settings.data_dir) as pg:
         yield pg.dsn
 

@@ -24,3 +24,19 @@ def read_token_file(path: Path) -> str:
     if path.stat().st_mode & (stat.S_IRGRP | stat.S_IROTH):
         log.warning("token file %s is readable by other users; chmod 600 it", path)
     return token
+
+
+def dsn_with_password_file(dsn: str, password_file: Path | None) -> str:
+    """`dsn` with the password held in `password_file` (one line), so that the password never appears in
+    a command line (ps shows every process's arguments to every local user) or in a unit file."""
+    if password_file is None:
+        return dsn
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        given = conninfo_to_dict(dsn)
+    except Exception as exc:  # psycopg.ProgrammingError: the DSN does not parse
+        raise TokenError(f"the database DSN does not parse: {type(exc).__name__}") from None
+    if "password" in given:
+        raise TokenError("the database DSN holds a password and a password file is given too: keep only the file")
+    return make_conninfo(dsn, password=read_token_file(password_file))
