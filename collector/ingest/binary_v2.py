@@ -32,7 +32,9 @@ def _padded(offset: int) -> int:
 
 def decode(raw: bytes, window: tuple[float, float], scope: Scope = None) -> Batch:
     if len(raw) < 8 or raw[:4] != MAGIC:
-        raise IngestError(400, ("body",), f"not a binary gpuscope batch (it starts with {MAGIC!r})")
+        raise IngestError(
+            400, ("body",), f"not a binary gpuscope batch: it must start with {MAGIC!r}, this one starts {raw[:4]!r}"
+        )
     header_length = int.from_bytes(raw[4:8], "little")
     if header_length > MAX_JSON_BYTES:
         raise IngestError(413, ("body",), f"header of {header_length} bytes: at most {MAX_JSON_BYTES}")

@@ -97,7 +97,7 @@ FIRST_METRIC = 8 * ROWS
 @pytest.mark.parametrize(
     ("mangle", "status", "needle"),
     [
-        (lambda b: b"XXXX" + b[4:], 400, "not a binary gpuscope batch"),
+        (lambda b: b"XXXX" + b[4:], 400, "must start with b'GPSB', this one starts b'XXXX'"),
         (lambda b: b[:4] + (10**6).to_bytes(4, "little") + b[8:], 400, "does not fit"),
         (lambda b: b[:-16], 400, "ends before"),
         (lambda b: b + b"\0" * 8, 400, "after the last block"),
