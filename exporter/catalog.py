@@ -17,11 +17,12 @@ class MetricSpec:
     scope: Scope
     type: Literal["gauge", "counter"]
     native_unit: str
-    prom_name: str  # base units, Prometheus conventions
+    prom_name: str  # base units, Prometheus conventions; "" where the exporter writes the family itself
     prom_scale: float  # native value * prom_scale = exposed value
     dcgm_name: str | None
     dcgm_scale: float | None
     help: str
+    wire: bool  # sent to the collector (and stored); False: served on /metrics only
 
 
 @cache
@@ -40,6 +41,7 @@ def load_catalog() -> tuple[MetricSpec, ...]:
                 dcgm_name=row["dcgm_name"] or None,
                 dcgm_scale=float(row["dcgm_scale"]) if row["dcgm_scale"] else None,
                 help=row["help"],
+                wire=row["wire"] == "yes",
             )
         )
     return tuple(specs)
@@ -50,4 +52,5 @@ def metrics_for(scope: Scope) -> tuple[MetricSpec, ...]:
 
 
 def keys_for(scope: Scope) -> tuple[str, ...]:
-    return tuple(spec.key for spec in metrics_for(scope))
+    """The keys of `scope` that travel to the collector: the wire format's columns."""
+    return tuple(spec.key for spec in metrics_for(scope) if spec.wire)

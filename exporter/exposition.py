@@ -7,10 +7,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from gpuscope.exporter.amd_compat import amd_families
 from gpuscope.exporter.catalog import MetricSpec, metrics_for
+from gpuscope.exporter.clock_events import clock_event_family
 from gpuscope.exporter.dcgm_compat import dcgm_families
 from gpuscope.exporter.snapshot import UNKNOWN_XID, Snapshot
-from gpuscope.exporter.textformat import Family, label_block, negotiate, render
+from gpuscope.exporter.textformat import TEXT_CONTENT_TYPE, Family, label_block, negotiate, render
 
 # Where the latest snapshot is read from: the sampler's attribute, or a fixed one in tests.
 LatestSnapshot = Callable[[], Snapshot | None]
@@ -29,7 +31,8 @@ def families(snapshot: Snapshot | None, identity: ExporterIdentity) -> Iterator[
     info = Family("gpuscope_exporter_info", "gauge", "Exporter identity")
     info.add(
         label_block(
-            ["cluster", "rack", "node", "backend", "version"],
+            # exporter_*: Prometheus's target labels (file_sd) carry the topology as cluster and rack
+            ["exporter_cluster", "exporter_rack", "node", "backend", "version"],
             [identity.cluster, identity.rack, identity.node, identity.backend, identity.version],
         ),
         1,
@@ -76,12 +79,15 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[Family]:
     if snapshot.jobs is not None:
         yield _job_family(snapshot)
     for spec in metrics_for("gpu"):
+        if not spec.prom_name:
+            continue
         family = _family(spec)
         for reading, labels in zip(snapshot.gpus, gpu_labels, strict=True):
             value = reading.values.get(spec.key)
             if value is not None:
                 family.add(labels, value * spec.prom_scale)
         yield family
+    yield clock_event_family(snapshot.gpus, gpu_labels)
     link_labels = [
         {link: labels[:-1] + f',link="{link}"}}' for link in reading.links}
         for reading, labels in zip(snapshot.gpus, gpu_labels, strict=True)
@@ -164,6 +170,19 @@ def _port_families(snapshot: Snapshot) -> Iterator[Family]:
         yield family
 
 
+@dataclass(frozen=True)
+class NameSets:
+    """Which names one scrape serves: gpuscope's own, dcgm-exporter's, AMD device-metrics-exporter's."""
+
+    native: bool = True
+    dcgm: bool = False
+    amd: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.native or self.dcgm or self.amd):
+            raise ValueError("compat names only, but no compatible name set chosen (--dcgm-compat or --amd-compat)")
+
+
 class Exposition:
     """Serves rendered bytes, rendering each snapshot at most once per format."""
 
@@ -171,27 +190,33 @@ class Exposition:
         self,
         identity: ExporterIdentity,
         latest: LatestSnapshot,
-        dcgm_compat: bool = False,
+        names: NameSets = NameSets(),
         extra: Callable[[], Iterable[Family]] | None = None,
     ) -> None:
         self._identity = identity
         self._latest = latest
-        self._dcgm_compat = dcgm_compat
+        self._names = names
         self._extra = extra  # the exporter's own figures (push queue, spool), rendered with each snapshot
         self._cache: dict[str, tuple[object, bytes]] = {}
         self._lock = threading.Lock()
 
     def render(self, accept_header: str | None) -> tuple[bytes, str]:
-        content_type = negotiate(accept_header)
+        names = self._names
+        # dcgm-exporter and AMD's exporter serve the text format only, and their counters lack the
+        # _total suffix that OpenMetrics requires: with their names, so do we
+        content_type = TEXT_CONTENT_TYPE if names.dcgm or names.amd else negotiate(accept_header)
         snapshot = self._latest()
         with self._lock:
             cached = self._cache.get(content_type)
             if cached is not None and cached[0] is snapshot and snapshot is not None:
                 return cached[1], content_type
-            if self._dcgm_compat:
-                found = dcgm_families(snapshot, self._identity.node) if snapshot is not None else iter(())
-            else:
-                found = itertools.chain(families(snapshot, self._identity), self._extra() if self._extra else ())
-            body = render(found, content_type)
+            found: list[Iterable[Family]] = []
+            if names.native:
+                found += [families(snapshot, self._identity), self._extra() if self._extra else ()]
+            if snapshot is not None and names.dcgm:
+                found.append(dcgm_families(snapshot, self._identity.node))
+            if snapshot is not None and names.amd:
+                found.append(amd_families(snapshot, self._identity.node))
+            body = render(itertools.chain(*found), content_type)
             self._cache[content_type] = (snapshot, body)
         return body, content_type

@@ -6,10 +6,10 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuscope.exporter.exposition import ExporterIdentity, Exposition
+from gpuscope.exporter.exposition import ExporterIdentity, Exposition, NameSets
 from gpuscope.exporter.http_server import make_server, snapshot_health
 from gpuscope.exporter.jobs.base import JobSource
 from gpuscope.exporter.pusher import Pusher
@@ -32,7 +32,7 @@ class ExporterConfig:
     listen: str | None = None  # None: no HTTP endpoint (the demo runs many exporters in one process)
     push_url: str | None = None
     token: str | None = None
-    dcgm_compat: bool = False
+    names: NameSets = field(default_factory=NameSets)  # which names /metrics serves: ours, DCGM's, AMD's
     spool_dir: Path | None = None  # where unsent batches wait while the collector is away
     spool_max_bytes: int = 1 << 30
     max_snapshots_per_batch: int = 60
@@ -62,7 +62,7 @@ class NodeExporter:
         )
         identity = ExporterIdentity(config.cluster, config.rack, config.node, source.name, VERSION)
         self.exposition = Exposition(
-            identity, lambda: self.sampler.latest, config.dcgm_compat, self.pusher.families if self.pusher else None
+            identity, lambda: self.sampler.latest, config.names, self.pusher.families if self.pusher else None
         )
         self._server = (
             make_server(

@@ -52,6 +52,7 @@ class Sampler:
             sample_seconds=time.perf_counter() - started,
             jobs=jobs,
             mig_jobs=mig_jobs,
+            driver_version=getattr(self.source, "driver_version", ""),
         )
         self.latest = snapshot  # a single reference swap: readers see the old or the new, never half
         self.cycles += 1

@@ -15,6 +15,7 @@ class GpuIdentity:
     uuid: str
     model: str
     pci_bus_id: str
+    serial: str = ""  # the board's serial number, where the driver gives it
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class GpuReading:
     # support is absent, never 0 or NaN.
     values: dict[str, float] = field(default_factory=dict)
     links: dict[int, dict[str, float]] = field(default_factory=dict)  # NVLink/XGMI link -> "nvlink" metrics
-    xid_counts: dict[int, int] = field(default_factory=dict)  # XID code -> events since the exporter started
+    # XID code -> events since the exporter started, in the order last seen: the last key is the latest XID
+    xid_counts: dict[int, int] = field(default_factory=dict)
     mig: tuple[MigReading, ...] = ()  # the GPU's MIG devices when it is in MIG mode
 
 
@@ -70,3 +72,4 @@ class Snapshot:
     sample_seconds: float = 0.0  # how long the cycle took
     jobs: dict[int, JobInfo] | None = None  # GPU index -> job; None when no job attribution is configured
     mig_jobs: dict[str, JobInfo] | None = None  # MIG device UUID -> job, where attribution can tell instances apart
+    driver_version: str = ""  # the kernel driver's version, as the backend reports it ("" when unknown)

@@ -20,10 +20,13 @@ class Family:
     type: str  # "gauge" or "counter"
     help: str
     samples: list[str] = field(default_factory=list)  # finished sample lines, the same in both formats
+    # False: a counter named as dcgm-exporter names them, without _total; the text format allows it,
+    # OpenMetrics does not (such a family is typed "unknown" there)
+    total_suffix: bool = True
 
     @property
     def sample_name(self) -> str:
-        return self.name + "_total" if self.type == "counter" else self.name
+        return self.name + "_total" if self.type == "counter" and self.total_suffix else self.name
 
     def add(self, labels: str, value: float) -> None:
         # repr() of a float is valid in both formats ("1.0", "1.1249e+13"); values are never NaN or inf.
@@ -50,8 +53,11 @@ def render(families: Iterable[Family], content_type: str) -> bytes:
         if not family.samples:
             continue
         header_name = family.name if openmetrics else family.sample_name
+        kind = (
+            "unknown" if openmetrics and family.sample_name == family.name and family.type == "counter" else family.type
+        )
         lines.append(f"# HELP {header_name} {_escape_help(family.help)}")
-        lines.append(f"# TYPE {header_name} {family.type}")
+        lines.append(f"# TYPE {header_name} {kind}")
         lines.extend(family.samples)
     if openmetrics:
         lines.append("# EOF")

@@ -78,7 +78,15 @@ def _parser() -> argparse.ArgumentParser:
         default=Path("/run/gpuscope/slurm"),
         help="per-GPU job files written by deploy/slurm/prolog.sh",
     )
-    exporter.add_argument("--dcgm-compat", action="store_true", help="expose dcgm-exporter's metric names")
+    exporter.add_argument(
+        "--dcgm-compat", action="store_true", help="serve dcgm-exporter's metric names too (NVIDIA GPUs; docs/)"
+    )
+    exporter.add_argument(
+        "--amd-compat", action="store_true", help="serve AMD device-metrics-exporter's metric names too (AMD GPUs)"
+    )
+    exporter.add_argument(
+        "--compat-only", action="store_true", help="serve only the compatible names chosen, not gpuscope's own"
+    )
     exporter.add_argument("--ib-root", type=Path, default=Path("/sys/class/infiniband"), help=argparse.SUPPRESS)
     exporter.add_argument("--sim-seed", type=int, default=0, help="seed for --backend sim")
     exporter.add_argument("--sim-gpus", type=_positive_int, default=8, help="GPUs for --backend sim")

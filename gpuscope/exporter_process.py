@@ -11,6 +11,7 @@ from typing import Literal
 
 from gpuscope.core.signals import stop_on_signals
 from gpuscope.core.tokens import read_token_file
+from gpuscope.exporter.exposition import NameSets
 from gpuscope.exporter.jobs.base import JobSource
 from gpuscope.exporter.jobs.select import open_jobs
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
@@ -39,7 +40,9 @@ class ExporterSettings:
     spool_dir: Path | None = None
     jobs: Jobs = "auto"
     slurm_mapping_dir: Path = Path("/run/gpuscope/slurm")
-    dcgm_compat: bool = False
+    dcgm_compat: bool = False  # serve dcgm-exporter's names too
+    amd_compat: bool = False  # serve AMD device-metrics-exporter's names too
+    compat_only: bool = False  # serve only the compatible names chosen, not gpuscope's own
     ib_root: Path = Path("/sys/class/infiniband")
     sim_seed: int = 0
     sim_gpus: int = 8
@@ -50,7 +53,9 @@ def build(settings: ExporterSettings) -> NodeExporter:
     if settings.push and not settings.token_file:
         raise ValueError("--push needs --token-file (the collector's bearer token)")
     token = read_token_file(settings.token_file) if settings.token_file else None
+    names = NameSets(native=not settings.compat_only, dcgm=settings.dcgm_compat, amd=settings.amd_compat)
     source = make_source(settings)
+    _check_names_fit(names, source)
     config = ExporterConfig(
         cluster=settings.cluster,
         rack=settings.rack,
@@ -60,10 +65,20 @@ def build(settings: ExporterSettings) -> NodeExporter:
         push_url=settings.push,
         push_interval=settings.push_interval,
         token=token,
-        dcgm_compat=settings.dcgm_compat,
+        names=names,
         spool_dir=settings.spool_dir,
     )
     return NodeExporter(source, config, jobs=make_jobs(settings, source))
+
+
+def _check_names_fit(names: NameSets, source: Source) -> None:
+    """dcgm-exporter's names describe NVIDIA GPUs and AMD's AMD GPUs: serving one vendor's GPUs under the
+    other's names would put AMD GPUs in NVIDIA dashboards (device="nvidia0")."""
+    parts = set(source.name.split("+"))
+    if names.dcgm and "amdsmi" in parts:
+        raise ValueError("--dcgm-compat serves NVIDIA's names, and this node's GPUs are AMD's: use --amd-compat")
+    if names.amd and "nvml" in parts:
+        raise ValueError("--amd-compat serves AMD's names, and this node's GPUs are NVIDIA's: use --dcgm-compat")
 
 
 def make_source(settings: ExporterSettings) -> Source:

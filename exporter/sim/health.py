@@ -107,7 +107,7 @@ class SimGpuHealth:
 
     def _record(self, gpu: int, incident: Incident) -> None:
         for xid in incident.xids:
-            self._xids[gpu][xid] = self._xids[gpu].get(xid, 0) + 1
+            self._xids[gpu][xid] = self._xids[gpu].pop(xid, 0) + 1  # the last key is the latest XID
         if incident.uncorrectable:
             self._ecc_uncorrected[gpu] += 1
             self._remapped_uncorrectable[gpu] += 1

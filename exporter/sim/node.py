@@ -37,6 +37,11 @@ IB_STATE_ACTIVE = 4.0
 CLOCK_EVENT_GPU_IDLE = 0x1
 CLOCK_EVENT_HW_THERMAL = 0x40
 SLOWDOWN_C = 90.0  # the GPU slows itself down here, which holds it a little above
+FB_RESERVED_BYTES = 512 * 2**20  # what the driver and firmware keep for themselves on an H100
+DRAM_PER_COPY = 0.6  # DRAM bandwidth share per unit of NVML's memory-busy time, as H100s show in training
+PCIE_IDLE_BYTES_PER_S = 5e7  # host traffic: data loading and checkpoints come in bursts, this is the floor
+PCIE_BUSY_BYTES_PER_S = 1.5e9
+DRIVER_VERSION = "570.124.06"  # as NVML words it; the backend's name says this is the simulator
 PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
@@ -44,6 +49,7 @@ class SimNodeSource:
     """Implements exporter.sources.base.Source for one simulated node."""
 
     name = "sim"
+    driver_version = DRIVER_VERSION
 
     def __init__(self, node: NodeSpec, schedule: JobSchedule, seed: int) -> None:
         self.node = node
@@ -118,6 +124,8 @@ class SimNodeSource:
         steady = AMBIENT_C + THERMAL_C_PER_W * power + self._cooling_loss_c
         self._temp = steady + (self._temp - steady) * math.exp(-dt / THERMAL_TAU_S)
         self._energy_j = self._energy_j + power * dt
+        load = 0.0 if job is None or busy is None else job.intensity * (1.0 - busy)  # host traffic between steps
+        pcie = (PCIE_IDLE_BYTES_PER_S + PCIE_BUSY_BYTES_PER_S * np.broadcast_to(load, (n,))).tolist()
         readings = []
         nvlink = self._nvlink.readings()
         health = self._health.values()
@@ -139,6 +147,15 @@ class SimNodeSource:
                 "mem_clock_mhz": MEM_CLOCK_MHZ,
                 "clock_event_reasons": float(reasons | (CLOCK_EVENT_HW_THERMAL if self._temp[i] >= SLOWDOWN_C else 0)),
                 "pcie_replay": 0.0,
+                # Training runs no video; the graphics/compute engine is busy whenever a kernel runs.
+                "enc_util_pct": 0.0,
+                "dec_util_pct": 0.0,
+                "fb_reserved_bytes": float(FB_RESERVED_BYTES),
+                "gr_engine_active_pct": float(np.clip(util[i], 0, 100)),
+                "dram_active_pct": float(np.clip(DRAM_PER_COPY * mem_copy[i], 0, 100)),
+                "pcie_tx_bytes_per_s": pcie[i],
+                "pcie_rx_bytes_per_s": pcie[i],
+                "vgpu_licensed": 0.0,  # bare metal: not a vGPU
                 **health[i],
                 **nvlink_totals,
             }
@@ -194,7 +211,10 @@ def _gpu_identity(seed: int, node: NodeSpec, index: int) -> GpuIdentity:
     rng = np.random.default_rng([seed, node.index, index, 0x1D])
     gpu_uuid = uuid.UUID(bytes=rng.bytes(16), version=4)
     bus = PCI_BUSES[index % len(PCI_BUSES)] + 0x100 * (index // len(PCI_BUSES))
-    return GpuIdentity(index=index, uuid=f"GPU-{gpu_uuid}", model=MODEL, pci_bus_id=f"00000000:{bus:02X}:00.0")
+    serial = f"{gpu_uuid.int % 10**13:013d}"  # 13 digits, as NVIDIA boards print theirs
+    return GpuIdentity(
+        index=index, uuid=f"GPU-{gpu_uuid}", model=MODEL, pci_bus_id=f"00000000:{bus:02X}:00.0", serial=serial
+    )
 
 
 def _unit_hash(job_id: str, tick: int) -> float:

@@ -107,9 +107,17 @@ class SimNvLink:
             axis=-1,
         )  # (gpus, links, LINK_KEYS)
         totals = per_link.sum(axis=1).tolist()
+        flit, data = self._crc_flit.sum(axis=1).tolist(), self._crc_data.sum(axis=1).tolist()
         return [
-            (dict(zip(TOTAL_KEYS, gpu_totals, strict=True)), _link_dicts(gpu_links))
-            for gpu_totals, gpu_links in zip(totals, per_link.tolist(), strict=True)
+            (
+                {
+                    **dict(zip(TOTAL_KEYS, gpu_totals, strict=True)),
+                    "nvlink_crc_flit_errors": gpu_flit,
+                    "nvlink_crc_data_errors": gpu_data,
+                },
+                _link_dicts(gpu_links),
+            )
+            for gpu_totals, gpu_links, gpu_flit, gpu_data in zip(totals, per_link.tolist(), flit, data, strict=True)
         ]
 
     def _load(self, job: JobRun) -> float:

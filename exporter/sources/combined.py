@@ -14,6 +14,7 @@ class CombinedSource:
         self.name = "+".join(part.name for part in self.parts)
         self._gpu = gpu
         self._fabric = fabric
+        self.driver_version: str = getattr(gpu, "driver_version", "")
 
     def read(self, now: float) -> tuple[tuple[GpuReading, ...], tuple[PortReading, ...]]:
         gpus = self._gpu.read(now)[0] if self._gpu else ()

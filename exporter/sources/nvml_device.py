@@ -50,6 +50,7 @@ class NvmlDevice:
             uuid=text(nvml.nvmlDeviceGetUUID(handle)),
             model=text(nvml.nvmlDeviceGetName(handle)),
             pci_bus_id=text(nvml.nvmlDeviceGetPciInfo(handle).busId),
+            serial=_serial(nvml, handle),
         )
         self._log_once = log_once
         self._memory = memory
@@ -88,6 +89,7 @@ class NvmlDevice:
             ("energy", self._energy),
             ("clocks", self._clocks),
             ("clock_events", self._clock_events),
+            ("video", self._video),
             ("fields", self._fields),
         ]
         if self._gpm is not None:
@@ -99,6 +101,7 @@ class NvmlDevice:
             ("pcie_replay", self._pcie_replay),
             ("ecc", self._ecc),
             ("remapped_rows", self._remapped_rows),
+            ("vgpu_license", self._vgpu_license),
         ]
         if self._nvlink_errors is not None:
             self._slow_groups.append(("nvlink_errors", self._nvlink_errors.read))
@@ -168,8 +171,16 @@ class NvmlDevice:
         values["util_pct"], values["mem_copy_util_pct"] = float(rates.gpu), float(rates.memory)
 
     def _read_memory(self, values: dict[str, float], _: Links) -> None:
-        values["fb_used_bytes"], values["fb_total_bytes"] = self._memory.read(self.handle)
-        self._fb_total = values["fb_total_bytes"]
+        used, total, reserved = self._memory.read_with_reserve(self.handle)
+        values["fb_used_bytes"], values["fb_total_bytes"] = used, total
+        if reserved is not None:
+            values["fb_reserved_bytes"] = reserved
+        self._fb_total = total
+
+    def _video(self, values: dict[str, float], _: Links) -> None:
+        # each returns [percent busy, the sampling period in µs it was averaged over]
+        values["enc_util_pct"] = float(self._nvml.nvmlDeviceGetEncoderUtilization(self.handle)[0])
+        values["dec_util_pct"] = float(self._nvml.nvmlDeviceGetDecoderUtilization(self.handle)[0])
 
     def _temperature(self, values: dict[str, float], _: Links) -> None:
         values["temp_c"] = float(self._nvml.nvmlDeviceGetTemperature(self.handle, self._nvml.NVML_TEMPERATURE_GPU))
@@ -260,6 +271,20 @@ class NvmlDevice:
         values["remap_pending"] = 1.0 if pending else 0.0
         values["remap_failure"] = 1.0 if failure else 0.0
 
+    def _vgpu_license(self, values: dict[str, float], _: Links) -> None:
+        """DCGM's vGPU license status: 0 outside a vGPU guest (bare metal, passthrough, the host)."""
+        nvml = self._nvml
+        if nvml.nvmlDeviceGetVirtualizationMode(self.handle) != nvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU:
+            values["vgpu_licensed"] = 0.0
+            return
+        features = nvml.nvmlDeviceGetGridLicensableFeatures(self.handle)
+        licensed = any(
+            feature.featureCode == nvml.NVML_GRID_LICENSE_FEATURE_CODE_VGPU
+            and feature.featureState == nvml.NVML_GRID_LICENSE_STATE_LICENSED
+            for feature in features.gridLicensableFeatures[: features.licensableFeaturesCount]
+        )
+        values["vgpu_licensed"] = 1.0 if licensed else 0.0
+
     # --- set up once ---
 
     def _build_requests(self) -> None:
@@ -300,6 +325,14 @@ class NvmlDevice:
         except self._nvml.NVMLError as exc:
             self._log_once((self._label, "gpm"), logging.INFO, "%s: GPM unavailable (%s)", self._label, exc)
             return None
+
+
+def _serial(nvml: ModuleType, handle: Any) -> str:
+    """The board's serial number; "" where NVML will not say (GeForce boards, some permissions)."""
+    try:
+        return text(nvml.nvmlDeviceGetSerial(handle))
+    except nvml.NVMLError:
+        return ""
 
 
 def _slice(fields: Fields, start: int, stop: int) -> Fields:

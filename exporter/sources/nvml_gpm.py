@@ -1,5 +1,6 @@
-"""SM and tensor-pipe activity from GPU Performance Monitoring (Hopper and later): two samples of one
-GPU, or of one MIG GPU instance, make a reading; the first sample only primes the pair."""
+"""Engine, SM, tensor-pipe and DRAM activity from GPU Performance Monitoring (Hopper and later), what
+DCGM's profiling fields report elsewhere: two samples of one GPU, or of one MIG GPU instance, make a
+reading; the first sample only primes the pair."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-KEYS = ("sm_active_pct", "tensor_active_pct")
+# catalog key -> GPM metric (nvml.h NVML_GPM_METRIC_*), each a percentage
+METRICS = (
+    ("sm_active_pct", "NVML_GPM_METRIC_SM_UTIL"),
+    ("tensor_active_pct", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
+    ("gr_engine_active_pct", "NVML_GPM_METRIC_GRAPHICS_UTIL"),
+    ("dram_active_pct", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
+)
+KEYS = tuple(key for key, _ in METRICS)
 
 
 def metrics_request(nvml: ModuleType) -> Any:
@@ -18,9 +26,9 @@ def metrics_request(nvml: ModuleType) -> Any:
     is costly to build. Pairs fill in their samples just before each call."""
     request = nvml.c_nvmlGpmMetricsGet_t()
     request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-    request.numMetrics = 2
-    request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
-    request.metrics[1].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    request.numMetrics = len(METRICS)
+    for slot, (_, metric) in zip(request.metrics, METRICS, strict=False):
+        slot.metricId = getattr(nvml, metric)
     return request
 
 
@@ -42,7 +50,7 @@ class GpmPair:
             request = self._request
             request.sample1, request.sample2 = previous, current
             nvml.nvmlGpmMetricsGet(request)
-            for metric, key in zip(request.metrics[:2], KEYS, strict=True):
+            for metric, key in zip(request.metrics[: len(KEYS)], KEYS, strict=True):
                 if metric.nvmlReturn == nvml.NVML_SUCCESS:
                     out[key] = min(100.0, max(0.0, float(metric.value)))
         self._samples = [current, previous]

@@ -22,13 +22,18 @@ class MemoryReader:
 
     def read(self, handle: Any) -> tuple[float, float]:
         """(used, total) in bytes."""
+        used, total, _ = self.read_with_reserve(handle)
+        return used, total
+
+    def read_with_reserve(self, handle: Any) -> tuple[float, float, float | None]:
+        """(used, total, reserved) in bytes; reserved is None where only v1 answers."""
         nvml = self._nvml
         if self._version is not None:
             try:
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=self._version)
-                return float(memory.used), float(memory.total)
+                return float(memory.used), float(memory.total), float(memory.reserved)
             except (nvml.NVMLError_FunctionNotFound, nvml.NVMLError_ArgumentVersionMismatch) as exc:
                 log.info("nvmlDeviceGetMemoryInfo_v2 unavailable (%s): memory used includes the driver's reserve", exc)
                 self._version = None
         memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-        return float(memory.used), float(memory.total)
+        return float(memory.used), float(memory.total), None

@@ -87,6 +87,11 @@ ERROR_TOTALS = {
     "nvlink_replay_errors": "link_replay_errors",
     "nvlink_recovery_errors": "link_recovery_errors",
 }
+# GPU totals of one kind of CRC error, served on /metrics only (the collector stores the sum of both).
+CRC_KIND_TOTALS = {
+    "nvlink_crc_flit_errors": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+    "nvlink_crc_data_errors": "NVML_NVLINK_ERROR_DL_CRC_DATA",
+}
 
 
 class NvlinkErrors:
@@ -124,6 +129,11 @@ class NvlinkErrors:
                     links[link][key] = total
         for total_key, key in ERROR_TOTALS.items():
             known = [count for (_, kind), count in self._last.items() if kind in self._kinds[key]]
+            if known:
+                values[total_key] = float(sum(known))
+        for total_key, name in CRC_KIND_TOTALS.items():  # dcgm-exporter counts flit and data CRC apart
+            kind = getattr(self._nvml, name)
+            known = [count for (_, counted), count in self._last.items() if counted == kind]
             if known:
                 values[total_key] = float(sum(known))
 

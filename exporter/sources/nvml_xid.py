@@ -96,7 +96,8 @@ class XidListener:
         code = UNKNOWN_XID if xid == NVML_UNKNOWN_XID else xid
         log.warning("XID %s on GPU %d", xid if code else "unknown (999)", index)
         with self._lock:
-            self._counts[index][code] += 1
+            codes = self._counts[index]
+            codes[code] = codes.pop(code, 0) + 1  # moved to the end: the last key is the latest XID
 
     def _subscribe(self) -> None:
         """A new event set, with every opened GPU that still answers."""

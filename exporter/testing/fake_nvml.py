@@ -201,6 +201,38 @@ def make_fake_pynvml(gpus: list[FakeGpu], *, library: bool = True, driver: bool 
         return gpu.ecc_corrected if error_type == real.NVML_MEMORY_ERROR_TYPE_CORRECTED else gpu.ecc_uncorrected
 
     @api
+    def nvmlDeviceGetEncoderUtilization(t: Target, gpu: FakeGpu) -> list[int]:
+        need(whole(t, gpu), "video")
+        return [gpu.enc_util, 167_000]  # percent, and the period (µs) it was averaged over
+
+    @api
+    def nvmlDeviceGetDecoderUtilization(t: Target, gpu: FakeGpu) -> list[int]:
+        need(whole(t, gpu), "video")
+        return [gpu.dec_util, 167_000]
+
+    @api
+    def nvmlDeviceGetSerial(t: Target, gpu: FakeGpu) -> str:
+        need(whole(t, gpu), "serial")
+        return gpu.serial
+
+    @api
+    def nvmlDeviceGetVirtualizationMode(t: Target, gpu: FakeGpu) -> int:
+        need(whole(t, gpu), "vgpu")
+        return gpu.virtualization_mode
+
+    @api
+    def nvmlDeviceGetGridLicensableFeatures(t: Target, gpu: FakeGpu) -> Any:
+        need(whole(t, gpu), "vgpu")
+        if gpu.virtualization_mode != real.NVML_GPU_VIRTUALIZATION_MODE_VGPU:
+            fail(real.NVML_ERROR_NOT_SUPPORTED)
+        features = real.c_nvmlGridLicensableFeatures_v4_t()
+        features.isGridLicenseSupported = 1
+        features.licensableFeaturesCount = 1
+        features.gridLicensableFeatures[0].featureCode = real.NVML_GRID_LICENSE_FEATURE_CODE_VGPU
+        features.gridLicensableFeatures[0].featureState = gpu.vgpu_license_state
+        return features
+
+    @api
     def nvmlDeviceGetRemappedRows(t: Target, gpu: FakeGpu) -> tuple[int, int, int, int]:
         need(whole(t, gpu), "remapped_rows")
         if gpu.mig_enabled:
@@ -317,6 +349,10 @@ def make_fake_pynvml(gpus: list[FakeGpu], *, library: bool = True, driver: bool 
                 metric.value = source.gpm_sm_util
             elif metric.metricId == real.NVML_GPM_METRIC_ANY_TENSOR_UTIL:
                 metric.value = source.gpm_tensor_util
+            elif metric.metricId == real.NVML_GPM_METRIC_GRAPHICS_UTIL:
+                metric.value = source.gpm_graphics_util
+            elif metric.metricId == real.NVML_GPM_METRIC_DRAM_BW_UTIL:
+                metric.value = source.gpm_dram_bw_util
             else:
                 metric.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
         return metrics_get

@@ -23,6 +23,9 @@ UNSUPPORTABLE = {
     "memory_v2",  # nvmlDeviceGetMemoryInfo_v2, from driver 510: older ones lack the symbol
     "violation",
     "events",
+    "video",  # encoder/decoder utilisation: data-centre boards without NVENC/NVDEC (A100 has no NVENC)
+    "serial",  # GeForce boards have no serial number NVML will give
+    "vgpu",  # virtualization mode and vGPU licensing
     "mig",
 }
 
@@ -43,6 +46,8 @@ class FakeMigDevice:
     processes: list[int] = field(default_factory=list)
     gpm_sm_util: float = 40.0
     gpm_tensor_util: float = 21.0
+    gpm_graphics_util: float = 44.0
+    gpm_dram_bw_util: float = 18.0
 
 
 @dataclass(eq=False)  # compared by identity: two GPUs are never the same GPU
@@ -80,6 +85,13 @@ class FakeGpu:
     failing_links: set[int] = field(default_factory=set)  # links whose reads fail now (NVML_ERROR_UNKNOWN)
     gpm_sm_util: float = 83.0
     gpm_tensor_util: float = 57.0
+    gpm_graphics_util: float = 96.0  # any kernel running: close to nvmlDeviceGetUtilizationRates' gpu
+    gpm_dram_bw_util: float = 38.0
+    enc_util: int = 0  # percent; training uses no NVENC
+    dec_util: int = 3  # a data loader decoding video on NVDEC
+    serial: str = "1654922006535"
+    virtualization_mode: int = 0  # NVML_GPU_VIRTUALIZATION_MODE_NONE: bare metal
+    vgpu_license_state: int = 0  # nvmlGridLicenseState of the vGPU feature, in a vGPU guest
     processes: list[int] = field(default_factory=list)  # PIDs running on this GPU (outside MIG devices)
     # What this GPU lacks: names from UNSUPPORTABLE. Each raises NVMLError_NotSupported.
     unsupported: set[str] = field(default_factory=set)

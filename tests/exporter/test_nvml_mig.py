@@ -7,7 +7,7 @@ import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscope.exporter.exposition import ExporterIdentity, Exposition
+from gpuscope.exporter.exposition import ExporterIdentity, Exposition, NameSets
 from gpuscope.exporter.snapshot import JobInfo, Snapshot
 from gpuscope.exporter.sources.nvml import SLOW_EVERY, NvmlSource
 from gpuscope.exporter.sources.nvml_mig import profile_from_attributes
@@ -129,7 +129,7 @@ def test_native_metrics_per_gpu_instance() -> None:
 
 def test_dcgm_compat_labels_instances_as_dcgm_exporter_does() -> None:
     snapshot = mig_snapshot()
-    body, _ = Exposition(IDENTITY, lambda: snapshot, dcgm_compat=True).render(None)
+    body, _ = Exposition(IDENTITY, lambda: snapshot, NameSets(native=False, dcgm=True)).render(None)
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     fb_used = families["DCGM_FI_DEV_FB_USED"].samples
     by_instance = {(s.labels["gpu"], s.labels.get("GPU_I_ID")): s for s in fb_used}

@@ -153,6 +153,9 @@ def test_values_arrive_in_catalog_units_through_the_real_binding(stub: Path, tmp
         "gpu.1.nvlink_tx_kib=5000000",
         "gpu.1.sm_active_pct=71.5",
         "gpu.1.tensor_active_pct=33.25",
+        "gpu.1.enc_util=12",
+        "gpu.1.dec_util=40",
+        "gpu.1.serial=1321021034567",
     )
     results = drive(stub, conf, OPEN, READ, READ, CLOSE)  # GPM and the PCIe rate need two samples
     assert results[0]["driver_version"] == "550.54.15"
@@ -176,6 +179,10 @@ def test_values_arrive_in_catalog_units_through_the_real_binding(stub: Path, tmp
     assert v["pcie_tx_bytes_per_s"] == pytest.approx(1_500_000 * 1024, rel=1e-4), "from the byte counters"
     assert v["pcie_rx_bytes_per_s"] == pytest.approx(900_000 * 1024, rel=1e-4)
     assert v["sm_active_pct"] == 71.5 and v["tensor_active_pct"] == 33.25, "GPM metrics (doubles)"
+    assert v["gr_engine_active_pct"] == 96.0 and v["dram_active_pct"] == 38.0, "DCGM's profiling fields from GPM"
+    assert (v["enc_util_pct"], v["dec_util_pct"]) == (12, 40) and v["fb_reserved_bytes"] == 600 * MIB
+    assert v["vgpu_licensed"] == 0.0, "bare metal"
+    assert second["serial"] == "1321021034567"
     links = second["links"]
     assert sorted(map(int, links)) == list(range(LINKS))
     assert links["3"]["link_tx_bytes"] == (5_000_000 + 3) * 1024, "KiB -> bytes, per link"
@@ -339,6 +346,8 @@ def test_a_mig_gpu_through_the_real_binding(stub: Path, tmp_path: Path, plain_na
         "mig_fb_total_bytes": 9856 * MIB,
         "mig_sm_active_pct": 12.0,
         "mig_tensor_active_pct": 21.0,
+        "mig_gr_engine_active_pct": 44.0,
+        "mig_dram_active_pct": 18.0,
     }
     assert "util_pct" not in parent["values"], "NVML has no utilisation for a MIG-enabled GPU"
     assert parent["values"]["fb_used_bytes"] == 1200 * MIB and parent["values"]["power_w"] == 612.5

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscope.exporter.exposition import ExporterIdentity, Exposition
+from gpuscope.exporter.exposition import ExporterIdentity, Exposition, NameSets
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import Snapshot
 from gpuscope.exporter.sources.amdsmi import AmdSmiSource
@@ -62,16 +62,18 @@ def test_promtool_check_metrics_reports_nothing(make) -> None:  # type: ignore[n
     assert promtool_findings(body) == (0, [])
 
 
-@pytest.mark.parametrize("make", [nvml_snapshot, amd_snapshot, sim_snapshot], ids=["nvml", "amd", "sim"])
-def test_promtool_on_dcgm_compat_finds_only_dcgms_own_label_names(make) -> None:  # type: ignore[no-untyped-def]
-    """modelName, UUID and Hostname (and DCGM_FI_DEV_PCIE_REPLAY_COUNTER) are dcgm-exporter's own names."""
+@pytest.mark.parametrize("make", [nvml_snapshot, sim_snapshot], ids=["nvml", "sim"])
+def test_promtool_on_dcgm_compat_finds_only_dcgms_own_names(make) -> None:  # type: ignore[no-untyped-def]
+    """modelName, UUID, Hostname, DCGM_FI_DRIVER_VERSION, counters without _total (and
+    DCGM_FI_DEV_PCIE_REPLAY_COUNTER) are dcgm-exporter's own names: promtool says the same of it."""
     snapshot = make()
-    body, _ = Exposition(IDENTITY, lambda: snapshot, dcgm_compat=True).render(None)
+    body, _ = Exposition(IDENTITY, lambda: snapshot, NameSets(native=False, dcgm=True)).render(None)
     _, findings = promtool_findings(body)
     assert findings, "promtool flags dcgm-exporter's camelCase labels, as it does on dcgm-exporter itself"
     dcgms_own = (
         "label names should be written in 'snake_case' not 'camelCase'",
         "_COUNTER metric name should not include type 'counter'",
+        'counter metrics should have "_total" suffix',
     )
     assert all(line.endswith(dcgms_own) for line in findings), findings
 
@@ -92,7 +94,7 @@ def test_nvml_exposition_has_links_xids_and_lost_gpu() -> None:
 
 def test_dcgm_compat_names_labels_and_units() -> None:
     snapshot = nvml_snapshot()
-    body, _ = Exposition(IDENTITY, lambda: snapshot, dcgm_compat=True).render(None)
+    body, _ = Exposition(IDENTITY, lambda: snapshot, NameSets(native=False, dcgm=True)).render(None)
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     for name in (
         "DCGM_FI_DEV_GPU_UTIL",
@@ -107,10 +109,10 @@ def test_dcgm_compat_names_labels_and_units() -> None:
     ):
         assert name in families, name
     sample = families["DCGM_FI_DEV_FB_USED"].samples[0]
-    assert set(sample.labels) == {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
+    assert set(sample.labels) == {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname"}
     assert sample.labels["device"] == "nvidia0" and sample.labels["Hostname"] == "node-7"
     assert sample.value == 61 * 1024, "framebuffer in MiB, as DCGM reports it"
     assert families["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].samples[0].value == 9_000_000_000, "mJ"
     assert families["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].samples[0].value == pytest.approx(0.57), "a ratio"
     assert families["DCGM_FI_DEV_SM_CLOCK"].samples[0].value == 1980, "MHz"
-    assert not any(name.startswith("gpuscope_") for name in families)
+    assert not any(name.startswith("gpuscope_") for name in families), "compat names only"

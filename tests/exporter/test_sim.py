@@ -116,7 +116,8 @@ def test_nvlink_and_fault_streams_leave_the_other_readings_alone(monkeypatch: py
     monkeypatch.setattr(sim_node, "SimNvLink", lambda seed, index, gpus: SimNvLink(seed + 1, index, gpus))
     monkeypatch.setattr(sim_node, "SimGpuHealth", lambda seed, index, gpus: SimGpuHealth(seed + 1, index, gpus))
     after = run_node(7, 3, times)
-    own = {*TOTAL_KEYS, "ecc_corrected", "ecc_uncorrected", "remapped_rows_correctable"}
+    own = {*TOTAL_KEYS, "nvlink_crc_flit_errors", "nvlink_crc_data_errors", "ecc_corrected", "ecc_uncorrected"}
+    own |= {"remapped_rows_correctable"}
     own |= {"remapped_rows_uncorrectable", "remap_pending", "remap_failure"}
     changed = {key.split(":", 1)[1] for b, a in zip(before, after, strict=True) for key in b if b[key] != a[key]}
     assert changed and changed <= own, changed

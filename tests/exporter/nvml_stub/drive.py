@@ -71,6 +71,7 @@ def reading_json(reading: GpuReading) -> dict[str, Any]:
         "uuid": gpu.uuid,
         "model": gpu.model,
         "pci_bus_id": gpu.pci_bus_id,
+        "serial": gpu.serial,
         "up": reading.up,
         "values": reading.values,
         "links": {str(link): values for link, values in reading.links.items()},

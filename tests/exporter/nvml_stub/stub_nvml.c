@@ -103,7 +103,12 @@ enum {
     NVML_FI_DEV_PCIE_COUNT_TX_BYTES = 197,
     NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 198,
 };
-enum { NVML_GPM_METRIC_SM_UTIL = 2, NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5 };
+enum {
+    NVML_GPM_METRIC_GRAPHICS_UTIL = 1,
+    NVML_GPM_METRIC_SM_UTIL = 2,
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5,
+    NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+};
 #define NVML_GPM_METRICS_GET_VERSION 1
 #define NVML_GPM_SUPPORT_VERSION 1
 #define nvmlEventTypeXidCriticalError 0x0000000000000008ULL
@@ -244,7 +249,7 @@ typedef struct {
     char profile[32];
     char uuid[96];
     unsigned long long memory_mib, used_mib;
-    double sm_pct, tensor_pct;
+    double sm_pct, tensor_pct, graphics_pct, dram_pct;
     unsigned int pids[MAX_PIDS];
     int npids;
 } stub_mig;
@@ -264,7 +269,9 @@ typedef struct stub_gpu {
     unsigned long long nvlink_tx_kib, nvlink_rx_kib;
     unsigned long long nvlink_errors[NVML_NVLINK_ERROR_DL_COUNT];
     int gpm;
-    double sm_pct, tensor_pct;
+    double sm_pct, tensor_pct, graphics_pct, dram_pct;
+    unsigned int enc_util, dec_util;
+    char serial[32];
     unsigned int pids[MAX_PIDS];
     int npids;
     int privileged, lost;
@@ -363,6 +370,10 @@ static void defaults(stub_gpu *g, unsigned int i) {
     g->gpm = 1;
     g->sm_pct = 83.0;
     g->tensor_pct = 57.0;
+    g->graphics_pct = 96.0;
+    g->dram_pct = 38.0;
+    g->dec_util = 3;
+    snprintf(g->serial, sizeof(g->serial), "165492200%04u", i);
     g->privileged = 1;
     for (int s = 0; s < MAX_MIG; s++)
         g->mig[s].parent = g;
@@ -407,6 +418,8 @@ static int parse_mig(stub_gpu *g, unsigned int slot, const char *value) {
     m->used_mib = number(part[4]);
     m->sm_pct = n > 5 ? strtod(part[5], NULL) : 40.0;
     m->tensor_pct = n > 6 ? strtod(part[6], NULL) : 21.0;
+    m->graphics_pct = 44.0; /* the instance's engines: busy whenever a kernel runs */
+    m->dram_pct = 18.0;
     m->npids = 0;
     if (n > 7)
         parse_pids(part[7], m->pids, &m->npids);
@@ -433,6 +446,9 @@ static int set_gpu_key(stub_gpu *g, const char *key, const char *value) {
     }
     TEXT("uuid", uuid)
     TEXT("name", name)
+    TEXT("serial", serial)
+    NUMBER("enc_util", enc_util)
+    NUMBER("dec_util", dec_util)
     TEXT("lost_file", lost_file)
     TEXT("xid_file", xid_file)
     if (strcmp(key, "bus_id") == 0) {
@@ -805,6 +821,44 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
         return NVML_ERROR_NOT_SUPPORTED; /* nvml.h: no utilisation for a GPU in MIG mode */
     utilization->gpu = g->util_gpu;
     utilization->memory = g->util_mem;
+    return NVML_SUCCESS;
+}
+
+/* Video engines: busy percent and the period (µs) it was averaged over; NOT_SUPPORTED if asked to fail. */
+static nvmlReturn_t video(nvmlDevice_t device, const char *what, unsigned int util_of_gpu,
+                          unsigned int *utilization, unsigned int *samplingPeriodUs) {
+    stub_gpu *g;
+    nvmlReturn_t entered = enter_gpu(device, what, &g);
+    if (entered != NVML_SUCCESS)
+        return entered;
+    NEED(utilization);
+    NEED(samplingPeriodUs);
+    *utilization = util_of_gpu;
+    *samplingPeriodUs = 167000;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs) {
+    stub_gpu *g = gpu_of(device);
+    return video(device, "encoder", g ? g->enc_util : 0, utilization, samplingPeriodUs);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs) {
+    stub_gpu *g = gpu_of(device);
+    return video(device, "decoder", g ? g->dec_util : 0, utilization, samplingPeriodUs);
+}
+
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
+    ENTER_GPU(device, "serial");
+    return give_text(serial, length, g->serial);
+}
+
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, int *pVirtualMode) {
+    ENTER_GPU(device, "virtualization_mode");
+    NEED(pVirtualMode);
+    *pVirtualMode = 0; /* NVML_GPU_VIRTUALIZATION_MODE_NONE: bare metal */
     return NVML_SUCCESS;
 }
 
@@ -1225,7 +1279,9 @@ nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId
 
 nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
     static char sm_name[] = "SM_UTIL", sm_long[] = "SM utilization", tensor_name[] = "ANY_TENSOR_UTIL",
-                tensor_long[] = "Any tensor utilization", percent[] = "%";
+                tensor_long[] = "Any tensor utilization", graphics_name[] = "GRAPHICS_UTIL",
+                graphics_long[] = "Graphics utilization", dram_name[] = "DRAM_BW_UTIL",
+                dram_long[] = "DRAM bandwidth utilization", percent[] = "%";
     if (init_count <= 0)
         return NVML_ERROR_UNINITIALIZED;
     NEED(metricsGet);
@@ -1239,11 +1295,13 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
     stub_gpu *g = first->gpu;
     if (is_lost(g))
         return NVML_ERROR_GPU_IS_LOST;
-    double sm = g->sm_pct, tensor = g->tensor_pct;
+    double sm = g->sm_pct, tensor = g->tensor_pct, graphics = g->graphics_pct, dram = g->dram_pct;
     for (int s = 0; s < MAX_MIG && first->gpu_instance >= 0; s++) {
         if (g->mig[s].present && (int)g->mig[s].gi == first->gpu_instance) {
             sm = g->mig[s].sm_pct;
             tensor = g->mig[s].tensor_pct;
+            graphics = g->mig[s].graphics_pct;
+            dram = g->mig[s].dram_pct;
             break;
         }
     }
@@ -1259,6 +1317,14 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
             metric->value = tensor;
             metric->metricInfo.shortName = tensor_name;
             metric->metricInfo.longName = tensor_long;
+        } else if (metric->metricId == NVML_GPM_METRIC_GRAPHICS_UTIL) {
+            metric->value = graphics;
+            metric->metricInfo.shortName = graphics_name;
+            metric->metricInfo.longName = graphics_long;
+        } else if (metric->metricId == NVML_GPM_METRIC_DRAM_BW_UTIL) {
+            metric->value = dram;
+            metric->metricInfo.shortName = dram_name;
+            metric->metricInfo.longName = dram_long;
         } else {
             metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             metric->value = 0.0;
