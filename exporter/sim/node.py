@@ -63,6 +63,9 @@ class SimNodeSource:
         self._energy_j = self._rng.uniform(1e6, 5e7, node.gpus)  # driver loaded a while ago
         self._ib = {key: np.zeros(node.ib_ports) for key in ("xmit_bytes", "rcv_bytes", "xmit_wait")}
         self._cooling_loss_c = np.zeros(node.gpus)
+        # Seconds the clocks were held down, as NVML's violation counters count them (since driver load).
+        self._throttled_power_s = np.zeros(node.gpus)
+        self._throttled_thermal_s = np.zeros(node.gpus)
         self._nvlink = SimNvLink(seed, node.index, node.gpus)
         self._health = SimGpuHealth(seed, node.index, node.gpus)
 
@@ -124,6 +127,10 @@ class SimNodeSource:
         steady = AMBIENT_C + THERMAL_C_PER_W * power + self._cooling_loss_c
         self._temp = steady + (self._temp - steady) * math.exp(-dt / THERMAL_TAU_S)
         self._energy_j = self._energy_j + power * dt
+        at_limit = power >= POWER_LIMIT_W
+        hot = self._temp >= SLOWDOWN_C
+        self._throttled_power_s = self._throttled_power_s + np.where(at_limit, dt, 0.0)
+        self._throttled_thermal_s = self._throttled_thermal_s + np.where(hot, dt, 0.0)
         load = 0.0 if job is None or busy is None else job.intensity * (1.0 - busy)  # host traffic between steps
         pcie = (PCIE_IDLE_BYTES_PER_S + PCIE_BUSY_BYTES_PER_S * np.broadcast_to(load, (n,))).tolist()
         readings = []
@@ -156,6 +163,8 @@ class SimNodeSource:
                 "pcie_tx_bytes_per_s": pcie[i],
                 "pcie_rx_bytes_per_s": pcie[i],
                 "vgpu_licensed": 0.0,  # bare metal: not a vGPU
+                "throttle_power_s": float(self._throttled_power_s[i]),
+                "throttle_thermal_s": float(self._throttled_thermal_s[i]),
                 **health[i],
                 **nvlink_totals,
             }
