@@ -32,6 +32,27 @@ def test_promtool_unit_tests_fire_each_alert() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_unit_tests_fire_every_alert_and_evaluate_every_recording_rule() -> None:
+    rules = [r for g in yaml.safe_load((PROMETHEUS / "gpuscope-rules.yaml").read_text())["groups"] for r in g["rules"]]
+    tests = yaml.safe_load((PROMETHEUS / "gpuscope-rules.test.yaml").read_text())["tests"]
+    fired = {t["alertname"] for case in tests for t in case.get("alert_rule_test", []) if t["exp_alerts"]}
+    quiet = {t["alertname"] for case in tests for t in case.get("alert_rule_test", []) if not t["exp_alerts"]}
+    evaluated = {t["expr"] for case in tests for t in case.get("promql_expr_test", [])}
+    alerts = {r["alert"] for r in rules if "alert" in r}
+    assert alerts - fired == set(), "alerts no unit test sees fire"
+    assert alerts - quiet == set(), "alerts no unit test sees quiet (before their `for`, or on harmless series)"
+    assert {r["record"] for r in rules if "record" in r} - evaluated == set(), "recording rules without a test"
+
+
+def test_the_rules_read_the_native_names_of_today() -> None:
+    groups = yaml.safe_load((PROMETHEUS / "gpuscope-rules.yaml").read_text())["groups"]
+    for expr in (r["expr"] for g in groups for r in g["rules"]):
+        # The bitmask is gone from the native names: one 0/1 gauge per reason instead.
+        assert "gpuscope_gpu_clock_event_reasons" not in expr
+        # increase() or rate() over a {__name__=~...} selector drops the names, and a GPU's counters collide.
+        assert "__name__" not in expr
+
+
 def test_promql_and_sql_rules_are_the_same_alerts() -> None:
     def seconds(text: str) -> float:
         from gpuscope.alerts.duration import parse_duration
