@@ -34,6 +34,7 @@ THERMAL_TAU_S = 20.0
 IB_LINE_RATE_GBPS = 400.0
 IB_MAX_BYTES_PER_S = IB_LINE_RATE_GBPS * 1e9 / 8
 IB_STATE_ACTIVE = 4.0
+IB_PHYS_LINK_UP = 5.0
 CLOCK_EVENT_GPU_IDLE = 0x1
 CLOCK_EVENT_HW_THERMAL = 0x40
 SLOWDOWN_C = 90.0  # the GPU slows itself down here, which holds it a little above
@@ -198,6 +199,9 @@ class SimNodeSource:
                 "link_downed": 0.0,
                 "rcv_errors": 0.0,
                 "state": IB_STATE_ACTIVE,
+                "phys_state": IB_PHYS_LINK_UP,
+                "link_error_recovery": 0.0,
+                "xmit_discards": 0.0,
                 "rate_gbps": IB_LINE_RATE_GBPS,
             }
             readings.append(PortReading(port=port, values=values))
