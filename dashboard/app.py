@@ -9,6 +9,7 @@ from dash import Dash, Input, Output, State, dcc, html
 from psycopg_pool import ConnectionPool
 
 from gpuscope.dashboard.auth import protect
+from gpuscope.dashboard.body_limit import limit_bodies
 from gpuscope.dashboard.components import PAGE_STYLE, banner, nav
 from gpuscope.dashboard.context import Context, DashboardOptions
 from gpuscope.dashboard.pages import PAGES
@@ -39,6 +40,7 @@ def create_app(
 
     for page in PAGES:
         page.register(app, ctx)
+    limit_bodies(app.server, ctx.options.max_body_bytes)  # first: an oversized body costs no password hash
     if users:
         protect(app.server, users)
     return app

@@ -10,6 +10,9 @@ import yaml
 from psycopg_pool import ConnectionPool
 
 REFRESH_MS = 5000
+# Callback requests carry a few kilobytes of component state. The largest, the heatmap's click, sends
+# back ~40 bytes per row, at most ~3,300 rows (grid.MAX_CELLS over 60 columns): ~130 KB.
+MAX_BODY_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -17,6 +20,7 @@ class DashboardOptions:
     collector_url: str | None = None  # silences are created and expired through the collector's API
     rack_budgets_kw: dict[str, float] = field(default_factory=dict)  # "cluster/rack" or "rack" -> kW
     refresh_ms: int = REFRESH_MS
+    max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies are refused with 413 before being read
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ class Mark:
 
 def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height: int | None = None) -> go.Figure:
     """Rows (GPUs, nodes or racks, grouped by rack) on y, time buckets on x. Row labels name the node
-    and GPU ('rack/node/gpuN'), which is what a click opens."""
+    and GPU ('rack/node/gpuN'), which is what a click reports (pages/heatmap.py maps it back)."""
     if not grid.rows:
         return message_figure("No data yet: no GPU reported in this range.")
     # Plotted bottom-up, so the first rack comes out on top. Not autorange "reversed": Plotly rewrites

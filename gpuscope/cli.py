@@ -142,6 +142,9 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--collector", metavar="URL", help="collector base URL: silences are managed through it")
     dashboard.add_argument("--basic-auth-file", type=Path, help="require a login: 'user:pbkdf2_sha256$...' lines")
     dashboard.add_argument("--rack-budgets", type=Path, help="YAML mapping of rack (or cluster/rack) to a budget in kW")
+    dashboard.add_argument(
+        "--max-body-bytes", type=_positive_int, help="refuse larger request bodies with 413 (default 1 MiB)"
+    )
     dashboard.add_argument("--hash-password", action="store_true", help="read a password, print a basic-auth hash")
     dashboard.set_defaults(run=_run_dashboard)
     alerts_cli.add_parser(commands)
@@ -258,6 +261,7 @@ def _run_dashboard(args: argparse.Namespace) -> None:
             collector_url=args.collector,
             basic_auth_file=args.basic_auth_file,
             rack_budgets_file=args.rack_budgets,
+            max_body_bytes=args.max_body_bytes,
         )
     )
 

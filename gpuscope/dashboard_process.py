@@ -27,6 +27,7 @@ class DashboardSettings:
     basic_auth_file: Path | None = None  # 'user:pbkdf2_sha256$...' lines: require a login
     rack_budgets_file: Path | None = None  # YAML: rack (or cluster/rack) -> budget in kW
     refresh_ms: int | None = None  # None: the dashboard's default
+    max_body_bytes: int | None = None  # None: the dashboard's default (1 MiB)
 
 
 @contextlib.contextmanager
@@ -38,6 +39,8 @@ def build(settings: DashboardSettings) -> Iterator[DashboardServer]:
     )
     if settings.refresh_ms is not None:
         options = dataclasses.replace(options, refresh_ms=settings.refresh_ms)
+    if settings.max_body_bytes is not None:
+        options = dataclasses.replace(options, max_body_bytes=settings.max_body_bytes)
     users = read_users(settings.basic_auth_file) if settings.basic_auth_file else None
     host, port = parse_listen(settings.listen)
     pool = open_read_pool(settings.db, max_size=4, timeout=3.0, wait=False)  # up even while the database is not

@@ -3,6 +3,7 @@ row level in the URL; a click on a cell opens that node's page (its GPU, when ro
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 from urllib.parse import quote
 
@@ -12,6 +13,7 @@ from gpuscope.dashboard import data
 from gpuscope.dashboard.components import banner, guarded, query_params, query_string
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import METRICS, heatmap_figure, message_figure, unplain
+from gpuscope.dashboard.grid import Grid
 
 TITLE = "Heatmap"
 HEATMAP_METRICS = ("util_pct", "sm_active_pct", "tensor_active_pct", "temp_c", "power_w", "fb_used_bytes")
@@ -57,6 +59,7 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
             ),
             html.Div(id="heatmap-status"),
             dcc.Graph(id="heatmap-graph", config={"displaylogo": False}),
+            dcc.Store(id="heatmap-targets", data={}),
             html.Div("Click a cell to open its node.", style={"color": "#777"}),
         ]
     )
@@ -64,11 +67,12 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
 
 def register(app: Dash, ctx: Context) -> None:
     def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), message_figure(message)
+        return banner(message, "error"), message_figure(message), {}
 
     @app.callback(
         Output("heatmap-status", "children"),
         Output("heatmap-graph", "figure"),
+        Output("heatmap-targets", "data"),
         Input("refresh", "n_intervals"),
         Input("heatmap-metric", "value"),
         Input("heatmap-range", "value"),
@@ -81,7 +85,7 @@ def register(app: Dash, ctx: Context) -> None:
         if level not in ("auto", grid.level):
             notes.append(banner(f"{LEVELS[level]} would exceed the cell budget here: showing {LEVELS[grid.level]}."))
         # The revision changes with the view, so zoom survives refreshes but not a new question.
-        return notes, heatmap_figure(grid, revision=f"{metric}-{range_key}-{grid.level}")
+        return notes, heatmap_figure(grid, revision=f"{metric}-{range_key}-{grid.level}"), click_targets(grid)
 
     @app.callback(
         Output("url", "search", allow_duplicate=True),
@@ -97,24 +101,46 @@ def register(app: Dash, ctx: Context) -> None:
         Output("url", "pathname", allow_duplicate=True),
         Output("url", "search", allow_duplicate=True),
         Input("heatmap-graph", "clickData"),
+        State("heatmap-targets", "data"),
         State("heatmap-range", "value"),
         prevent_initial_call=True,
     )
-    def drill(click: dict[str, Any] | None, range_key: str) -> tuple[Any, Any]:
+    def drill(click: dict[str, Any] | None, targets: dict[str, Any] | None, range_key: str) -> tuple[Any, Any]:
         point = (click or {}).get("points", [{}])[0]
-        target = row_target(unplain(str(point.get("y", ""))))  # the figure shows labels escaped
+        target = row_target(unplain(str(point.get("y", ""))), targets or {})  # the figure shows labels escaped
         if target is None:
             return no_update, no_update  # a rack row: nothing finer to open
         node, gpu = target
+        # One path segment whatever the name holds ('/', '?', '#', '%', spaces): the node page unquotes it.
         return f"/node/{quote(node, safe='')}", query_string({"gpu": gpu, "range": range_key})
 
 
-def row_target(label: str) -> tuple[str, int | None] | None:
-    """The node (and GPU) a heatmap row label names: 'rack/node/gpuN', 'rack/node', or just 'rack'.
-    Plotly's click on a heatmap reports the row label but not per-cell custom data, hence the label."""
-    parts = label.split("/")
-    if len(parts) == 3 and parts[2].startswith("gpu") and parts[2][3:].isdigit():
-        return parts[1], int(parts[2][3:])
-    if len(parts) == 2:
-        return parts[1], None
-    return None
+def click_targets(grid: Grid) -> dict[str, tuple[int, int, int | None]]:
+    """Where the node's name sits in each row's label, and the row's GPU, for the page to keep beside
+    the figure. A click on a heatmap reports the row's label but no per-cell custom data (Dash drops
+    array point numbers), and 'rack/node/gpuN' cannot be split at '/' once a name contains one. Keyed
+    by a short digest of the label and holding offsets, not names: the click sends the whole map back,
+    a few dozen bytes per row however long the names are."""
+    targets = {}
+    for row in grid.rows:
+        if row.node is None:
+            continue  # a rack row: nothing finer to open
+        end = len(row.label) - (len(f"/gpu{row.gpu}") if row.gpu is not None else 0)
+        start = end - len(row.node)
+        if row.label[start:end] == row.node:
+            targets[_key(row.label)] = (start, end, row.gpu)
+    return targets
+
+
+def row_target(label: str, targets: dict[str, Any]) -> tuple[str, int | None] | None:
+    """The node (and GPU) of the row labelled `label` (unescaped), or None: a rack row, or a label the
+    page no longer shows."""
+    found = targets.get(_key(label))
+    if not isinstance(found, list | tuple) or len(found) != 3:
+        return None
+    start, end, gpu = found
+    return label[start:end], gpu
+
+
+def _key(label: str) -> str:
+    return hashlib.blake2b(label.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()

@@ -35,7 +35,7 @@ from gpuscope.dashboard.figures import (
     unplain,
 )
 from gpuscope.dashboard.grid import to_grid
-from gpuscope.dashboard.pages.heatmap import row_target
+from gpuscope.dashboard.pages.heatmap import click_targets, row_target
 from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.dashboard_process import build as build_dashboard
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
@@ -212,7 +212,10 @@ def test_no_figure_carries_a_name_as_markup_or_template() -> None:
     assert plain(f"{TEMPLATE}/{LINK}") in shown and plain(f"{LINK}/{BOLD}/gpu0") in shown
     assert plain(f"{TEMPLATE}/{LINK}") == 'ops%&#123;y}/&lt;a href="https://evil.example/"&gt;x&lt;/a&gt;'
     # A click on a heatmap row reports the escaped label; the page opens the node it names.
-    assert row_target(unplain(plain("rack&1/node<2>/gpu3"))) == ("node<2>", 3)
+    grid = to_grid(
+        Heatmap("util_pct", 60, [GpuRow(0, "c", "rack&1", "node<2>", 3, "GPU-0")], times[:1], values[:1, :1]), "gpu"
+    )
+    assert row_target(unplain(plain("rack&1/node<2>/gpu3")), click_targets(grid)) == ("node<2>", 3)
 
 
 def _strings(value: Any) -> Iterator[str]:
