@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, model_validator
 from gpuscope.alerts import reads, store
 from gpuscope.alerts.matchers import matcher_from
 from gpuscope.collector.api.deps import ReadPoolDep, WritePoolDep, require_admin_token, require_read_token
+from gpuscope.collector.api.responses import error
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 
@@ -83,7 +84,11 @@ async def post_silence(pool: WritePoolDep, body: SilenceIn) -> dict[str, Any]:
     return silence.to_json(dt.datetime.now(dt.UTC))
 
 
-@router.delete("/silences/{silence_id}", dependencies=[Depends(require_admin_token)])
+@router.delete(
+    "/silences/{silence_id}",
+    dependencies=[Depends(require_admin_token)],
+    responses={404: error("No silence has this id")},
+)
 async def delete_silence(pool: WritePoolDep, silence_id: int) -> dict[str, Any]:
     async with pool.connection() as conn:
         silence = await store.expire_silence(conn, silence_id)

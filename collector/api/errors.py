@@ -1,6 +1,10 @@
 """Errors a request can cause, answered with what happened instead of a 500: a read cut off by the
 statement timeout (503), a value the database refuses (422), no connection free in time (503), and a
-validation error that quotes input JSON cannot encode as UTF-8 (a lone surrogate: 422, escaped)."""
+request that does not validate (422; its input quoted back may hold what JSON cannot encode as UTF-8,
+a lone surrogate: escaped).
+
+Each answers {"detail": "<the reason, in a sentence>"} as the guard and the routes' own checks do, and
+the OpenAPI description says so for every operation (api/responses.py, which install() sets up)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from psycopg import DataError
 from psycopg.errors import QueryCanceled
 from psycopg_pool import PoolTimeout
 
+from gpuscope.collector.api import responses
 from gpuscope.collector.api.state import collector_state
 
 log = logging.getLogger(__name__)
@@ -27,6 +32,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(QueryCanceled, _query_canceled)
     app.add_exception_handler(DataError, _data_error)
     app.add_exception_handler(PoolTimeout, _pool_timeout)
+    responses.declare(app)
 
 
 async def _query_canceled(request: Request, exc: Exception) -> JSONResponse:
@@ -43,10 +49,13 @@ async def _query_canceled(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
-    """FastAPI's own answer, but as ASCII JSON: its default fails (a 500) on a string holding a lone
-    surrogate ("\\ud800" in the body), which it quotes back but cannot encode as UTF-8."""
-    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    body = json.dumps({"detail": jsonable_encoder(errors)}, ensure_ascii=True)
+    """The reason in `detail`, a sentence like every other refusal's ("query.minutes: Input should be
+    greater than or equal to 1"), and FastAPI's list of errors in `errors` (responses.InvalidOut). As
+    ASCII JSON: FastAPI's default fails (a 500) on a string holding a lone surrogate ("\\ud800" in the
+    body), which it quotes back but cannot encode as UTF-8."""
+    errors = jsonable_encoder(exc.errors()) if isinstance(exc, RequestValidationError) else []
+    reasons = "; ".join(f"{'.'.join(map(str, error.get('loc', ())))}: {error.get('msg', '')}" for error in errors)
+    body = json.dumps({"detail": reasons or "the request is not valid", "errors": errors}, ensure_ascii=True)
     return Response(body, status_code=422, media_type="application/json")
 
 

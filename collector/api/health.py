@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -15,11 +15,19 @@ from psycopg_pool import ConnectionPool
 
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import IngestStateDep, ReadPoolDep
+from gpuscope.collector.api.responses import HealthOut, UnhealthyOut
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="200 when the collector can reach its database")
+@router.get(
+    "/healthz",
+    summary="200 when the collector can reach its database",
+    responses={
+        200: {"model": HealthOut, "description": "The database answers"},
+        503: {"model": UnhealthyOut, "description": "The database does not answer; `reason` names the error"},
+    },
+)
 def healthz(pool: ReadPoolDep) -> JSONResponse:
     try:
         with pool.connection(timeout=2.0) as conn:
@@ -29,7 +37,12 @@ def healthz(pool: ReadPoolDep) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-@router.get("/metrics", summary="Collector metrics in the Prometheus text format")
+@router.get(
+    "/metrics",
+    summary="Collector metrics in the Prometheus text format",
+    response_class=PlainTextResponse,  # the handler answers itself; this declares text/plain
+    responses={200: {"description": "The Prometheus text exposition format"}},
+)
 def metrics(state: IngestStateDep, pool: ReadPoolDep) -> Response:
     return Response(generate_latest(state.registry) + _straggler_metrics(pool), media_type=CONTENT_TYPE_LATEST)
 

@@ -11,9 +11,11 @@ import psycopg
 import psycopg_pool
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from gpuscope.collector.api.auth import ANY_NODE
 from gpuscope.collector.api.deps import IngestStateDep
+from gpuscope.collector.api.responses import BEARER, RETRY_AFTER, IngestRefusalOut, error
 from gpuscope.collector.ingest.batch import MAX_JSON_BYTES
 from gpuscope.collector.ingest.schema import CONTENT_ENCODING, REQUEST_BODY
 from gpuscope.collector.ingest.wire import JSON, Batch, IngestError, check_encoding, decode_body, media_type
@@ -29,21 +31,31 @@ RETRY_AFTER_S = "2"
 DECODE_INLINE_BYTES = 256 * 1024
 
 
+class IngestOut(BaseModel):
+    duplicate: bool  # a retry of a batch already stored: nothing stored again
+    gpu_rows: int
+    port_rows: int
+    ignored_fields: list[str]  # fields this collector does not know (a newer exporter's), left out
+
+
 @router.post(
     "/samples",
     summary="Push a batch of samples (gpuscope-samples v1 JSON or v2 binary, optionally gzip-encoded)",
     description="The format, every rule and limit: docs/ingest-format.md. Authorization: Bearer, a shared"
     " ingest token or the node's own token (valid for that cluster and node only).",
+    # Refusals of the batch itself answer a list in `detail` (IngestRefusalOut); the others a sentence.
     responses={
-        200: {"description": "Stored durably (or recognised as a retry of a stored batch)"},
-        400: {"description": "Body is not UTF-8 JSON, not complete gzip, or a version 2 body of the wrong layout"},
-        401: {"description": "Missing or wrong bearer token"},
-        403: {"description": "A node's token used for another node or cluster; `detail[].loc` names which"},
-        413: {"description": "Body, decompressed body, JSON text or row count over its limit"},
-        415: {"description": "Unsupported Content-Type or Content-Encoding"},
-        422: {"description": "A field breaks a rule; `detail[].loc` names it"},
-        500: {"description": "The database refused the batch; nothing was stored"},
-        503: {"description": "Saturated or database unavailable; retry after Retry-After seconds"},
+        200: {"model": IngestOut, "description": "Stored durably (or recognised as a retry of a stored batch)"},
+        400: error(
+            "Body is not UTF-8 JSON, not complete gzip, or a version 2 body of the wrong layout", IngestRefusalOut
+        ),
+        401: error("Missing or wrong bearer token", headers=BEARER),
+        403: error("A node's token used for another node or cluster; `detail[].loc` names which", IngestRefusalOut),
+        413: error("Body, decompressed body, JSON text or row count over its limit", IngestRefusalOut),
+        415: error("Unsupported Content-Type or Content-Encoding", IngestRefusalOut),
+        422: error("A field breaks a rule; `detail[].loc` names it", IngestRefusalOut),
+        500: error("The database refused the batch; nothing was stored"),
+        503: error("Saturated or database unavailable; retry after Retry-After seconds", headers=RETRY_AFTER),
     },
     # The route reads its body itself (FastAPI parses nothing): this only documents it.
     openapi_extra={"requestBody": REQUEST_BODY, "parameters": [CONTENT_ENCODING]},

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep
 from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width, check_points
+from gpuscope.collector.api.responses import error
 from gpuscope.collector.api.state import collector_state
 from gpuscope.collector.query.arrays import nan_to_none
 from gpuscope.collector.store.columns import GPU_METRIC_KEYS
@@ -91,6 +92,7 @@ def get_heatmap(
     "/series",
     response_model=SeriesOut,
     summary="Metrics of chosen GPUs per time bucket: a node's (cluster, node), one GPU (uuid) or a job's (job)",
+    responses={404: error("No GPU matches cluster, node, uuid and job")},
 )
 def get_series(
     request: Request,

@@ -13,6 +13,7 @@ from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep
 from gpuscope.collector.api.params import TimeRangeDep
 from gpuscope.collector.api.read import GpuOut, gpu_out
+from gpuscope.collector.api.responses import error
 
 router = APIRouter(prefix="/api/v1", tags=["read"])
 
@@ -108,7 +109,12 @@ def get_jobs(
         return [_job_out(job) for job in query.jobs(conn, time_range, state=state, user=user, limit=limit)]
 
 
-@router.get("/jobs/{job_id}", response_model=JobDetailOut, summary="One job: each GPU it held and how it used it")
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobDetailOut,
+    summary="One job: each GPU it held and how it used it",
+    responses={404: error("No job has this id")},
+)
 def get_job(pool: ReadPoolDep, job_id: str) -> JobDetailOut:
     with pool.connection() as conn:
         job = query.job(conn, job_id)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep
 from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width, check_points
+from gpuscope.collector.api.responses import error
 from gpuscope.collector.query.arrays import nan_to_none
 from gpuscope.collector.store.columns import PORT_METRICS
 
@@ -40,6 +41,7 @@ class NicSeriesOut(BaseModel):
     "/nics/series",
     response_model=NicSeriesOut,
     summary="One InfiniBand metric per port per time bucket; counters (bytes, packets, waits, errors) as rates per s",
+    responses={404: error("No InfiniBand port on these nodes (of this cluster)")},
 )
 def get_nic_series(
     pool: ReadPoolDep,
