@@ -7,8 +7,9 @@ for a GPU is left out, never written as 0.
 
 Labels on every per-GPU sample: gpu_id (gpuscope's index), gpu_uuid (gpuscope's UUID: a partition's
 ends in :pN), gpu_partition_id (N for a partition, "NA" for a whole GPU, as AMD's exporter writes it
-outside partitioned mode), serial_number, card_model (gpuscope's model name: AMD's exporter writes the
-board part number there, e.g. 102-G30211-00), driver_version, hostname, job_id and job_user (from job
+outside partitioned mode), serial_number, card_model (the board's part number, e.g. 102-G30211-00, as
+AMD's exporter writes it and its dashboards match on; the model name where the board gives none),
+driver_version, hostname, job_id and job_user (from job
 attribution, "" without a job), pod ("" until Kubernetes attribution). gpu_clock adds clock_type
 (system, memory) and the XGMI families link_index. gpu_nodes_total is labelled by hostname only and
 counts every GPU (partition) the exporter reads, down ones included, as AMD's counts the GPUs its agent
@@ -106,7 +107,7 @@ def _labels(snapshot: Snapshot, reading: GpuReading, hostname: str) -> str:
         gpu.uuid,
         partition[1] if partition else "NA",
         gpu.serial,
-        gpu.model,
+        gpu.part_number or gpu.model,
         snapshot.driver_version,
         hostname,
         job.job_id if job else "",

@@ -16,6 +16,7 @@ class GpuIdentity:
     model: str
     pci_bus_id: str
     serial: str = ""  # the board's serial number, where the driver gives it
+    part_number: str = ""  # the board's part number (AMD: e.g. 102-G30211-00), where the driver gives it
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ class _AmdDevice:
         self._last: tuple[dict[str, float], dict[int, dict[str, float]]] = ({}, {})
         uuid = str(answer(smi, codes, startup, smi.amdsmi_get_gpu_device_uuid, handle))
         asic = answer(smi, codes, startup, smi.amdsmi_get_gpu_asic_info, handle)
+        board = self._board_info(handle)
         self.identity = GpuIdentity(
             index=index,
             # The library gives every partition its GPU's UUID (made from the ASIC serial), so a
@@ -120,6 +121,8 @@ class _AmdDevice:
             uuid=uuid if partition is None else f"{uuid}:p{partition}",
             model=str(asic.get("market_name", "AMD GPU")),
             pci_bus_id=bdf if partition is None else physical_bdf(bdf),
+            serial=_known(board.get("product_serial")),
+            part_number=_known(board.get("model_number")),
         )
         self.label = f"GPU {index} ({self.identity.model})"
         self._guard = GroupGuard(
@@ -176,6 +179,14 @@ class _AmdDevice:
             self._run("ecc", lambda: self._ecc(fresh))
             self._run("pcie_replay", lambda: self._pcie_replay(fresh))
             self._slow = {**self._slow, **fresh} if self._busy else fresh
+
+    def _board_info(self, handle: Any) -> dict[str, Any]:
+        """Serial and part number; a board that will not say (some partitions, older ROCm) has none."""
+        try:
+            return dict(self._smi.amdsmi_get_gpu_board_info(handle))
+        except self._smi.AmdSmiLibraryException as exc:
+            self._log_once(("board", self.index), logging.INFO, "GPU %d: no board info (%s)", self.index, exc)
+            return {}
 
     def _run(self, group: str, read: Callable[[], None]) -> None:
         try:
@@ -280,6 +291,12 @@ def plausible_watts(raw: Any) -> float | None:
         return number
     watts = number / 1e6
     return watts if MIN_WATTS_FROM_MICROWATTS <= watts <= MAX_WATTS else None
+
+
+def _known(value: Any) -> str:
+    """amdsmi writes "N/A" for what a board does not report."""
+    text = str(value or "").strip()
+    return "" if text in ("", "N/A") else text
 
 
 def _number(value: Any) -> float | None:

@@ -130,6 +130,8 @@ class FakeAmdGpu:
     uuid: str
     bdf: str = "0000:05:00.0"
     market_name: str = "AMD Instinct MI300X"
+    part_number: str = "102-G30211-00"  # amdsmi_get_gpu_board_info's model_number
+    product_serial: str = "692251001124"
     partition_id: int = 0  # this handle's partition of the physical GPU (0 in SPX mode)
     gfx_activity: int = 95
     umc_activity: int = 40
@@ -149,7 +151,7 @@ class FakeAmdGpu:
     xgmi_links: int = 7
     xgmi_read_kb: int = 5_000_000
     xgmi_write_kb: int = 6_000_000
-    # "activity", "power" (as "N/A"), "vram_temp", "ecc", "xgmi", "energy": NOT_SUPPORTED (or "N/A")
+    # "activity", "power" (as "N/A"), "vram_temp", "ecc", "xgmi", "energy", "board": NOT_SUPPORTED (or "N/A")
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
     lost_status: int = _Status.AMDSMI_STATUS_NOT_FOUND  # what every call on a lost GPU raises
@@ -235,6 +237,17 @@ def make_fake_amdsmi(gpus: Sequence[FakeAmdGpu], *, driver: bool = True, version
     @api
     def amdsmi_get_gpu_asic_info(h: _Handle) -> dict[str, Any]:
         return {"market_name": check(h).market_name, "vendor_id": "0x1002", "device_id": "0x74a1"}
+
+    @api
+    def amdsmi_get_gpu_board_info(h: _Handle) -> dict[str, Any]:
+        gpu = check(h, "board")
+        return {
+            "model_number": gpu.part_number,
+            "product_serial": gpu.product_serial,
+            "fru_id": "N/A",
+            "product_name": gpu.market_name,
+            "manufacturer_name": "AMD",
+        }
 
     if _at_least(version, "6.3"):
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
 from collections import defaultdict
@@ -127,9 +126,9 @@ def test_openmetrics_has_the_same_sample_names() -> None:
 
 def test_labels() -> None:
     gpus = mi300x_node(2)
+    gpus[0].product_serial = "692247001282"
+    gpus[1].unsupported = {"board"}  # amdsmi_get_gpu_board_info answers NOT_SUPPORTED
     snapshot = amd_snapshot(gpus, jobs={1: JobInfo("4242", "alice")})
-    serial = dataclasses.replace(snapshot.gpus[0].gpu, serial="692247001282")
-    snapshot = dataclasses.replace(snapshot, gpus=(dataclasses.replace(snapshot.gpus[0], gpu=serial), snapshot.gpus[1]))
     got = scrape(snapshot)
     power = {s.labels["gpu_id"]: s.labels for s in got["gpu_power_usage"]}
     assert list(power["0"]) == LABELS
@@ -138,7 +137,7 @@ def test_labels() -> None:
         "gpu_uuid": gpus[0].uuid,
         "gpu_partition_id": "NA",
         "serial_number": "692247001282",
-        "card_model": "AMD Instinct MI300X",
+        "card_model": "102-G30211-00",
         "driver_version": "6.10.5",
         "hostname": HOST,
         "job_id": "",
@@ -146,6 +145,7 @@ def test_labels() -> None:
         "pod": "",
     }
     assert power["1"]["serial_number"] == "", "unknown serial: empty, as AMD's exporter leaves it"
+    assert power["1"]["card_model"] == "AMD Instinct MI300X", "no part number: the model name"
     assert (power["1"]["job_id"], power["1"]["job_user"]) == ("4242", "alice")
     clock = got["gpu_clock"][0].labels
     assert list(clock) == [*LABELS, "clock_type"]
