@@ -34,6 +34,17 @@ def wait_healthy(url: str, *, timeout: float, process: subprocess.Popen[Any] | N
     eventually(healthy, timeout=timeout, interval=0.1, ignoring=(httpx.HTTPError,), what=f"{url}/healthz to answer 200")
 
 
+def stop_process(process: subprocess.Popen[Any], timeout: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; reaped either way."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def start_collector(
     dsn: str, port: int, token_file: Path, *extra: str, timeout: float = 30.0
 ) -> subprocess.Popen[bytes]:

@@ -1,4 +1,5 @@
-"""A dashboard on loopback for tests about requests rather than data (request bodies, logins)."""
+"""Dashboards on loopback for tests: as `gpuscope dashboard` builds one from its settings, or one over no
+database for tests about requests rather than data (request bodies, logins)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,19 @@ from gpuscope.core.pools import open_read_pool
 from gpuscope.dashboard.app import create_app
 from gpuscope.dashboard.context import DashboardOptions
 from gpuscope.dashboard.server import DashboardServer
+from gpuscope.dashboard_process import DashboardSettings
+from gpuscope.dashboard_process import build as build_dashboard
+
+
+@contextlib.contextmanager
+def running_dashboard(settings: DashboardSettings) -> Iterator[str]:
+    """The dashboard `gpuscope dashboard` runs for `settings`, serving in this process: its base URL."""
+    with build_dashboard(settings) as server:
+        server.start()
+        try:
+            yield f"http://127.0.0.1:{server.port}"
+        finally:
+            server.stop()
 
 
 @contextlib.contextmanager

@@ -20,13 +20,13 @@ import pytest
 from gpuscope.bench.browser import console_errors, graph_data, open_page, screenshot, wait_until
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.dashboard_process import DashboardSettings
-from gpuscope.dashboard_process import build as build_dashboard
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.sim.training import Fault, simulate
 from gpuscope.stragglers.watch import StragglerWatch
 from tests.alerts.rules import gpu_over_temperature
 from tests.conftest import new_database, require_tool
+from tests.dashboard.helpers import running_dashboard
 from tests.processes import running_collector
 from tests.stragglers.helpers import HISTORY_S, JOB, push, watch
 from tests.waiting import eventually
@@ -72,8 +72,7 @@ def stack(postgres: EmbeddedPostgres) -> Iterator[Stack]:
     for exporter in exporters:
         exporter.start()
     settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", collector_url=url, refresh_ms=1500)
-    dashboard = stack.enter_context(build_dashboard(settings))
-    dashboard.start()
+    dashboard = stack.enter_context(running_dashboard(settings))
     try:
         eventually(
             lambda: all(e.pusher and e.pusher.stats.snapshots_sent for e in exporters), what="every exporter to push"
@@ -82,9 +81,8 @@ def stack(postgres: EmbeddedPostgres) -> Iterator[Stack]:
             lambda: httpx.get(f"{url}/api/v1/alerts", params={"state": "firing"}, timeout=5).json(),
             what="the hot GPU's alert to fire",
         )
-        yield Stack(f"http://127.0.0.1:{dashboard.port}", url, admin, dsn, 32 + JOB.nodes * 4)
+        yield Stack(dashboard, url, admin, dsn, 32 + JOB.nodes * 4)
     finally:
-        dashboard.stop()
         for exporter in exporters:
             exporter.stop()
         stack.close()

@@ -37,11 +37,11 @@ from gpuscope.dashboard.figures import (
 from gpuscope.dashboard.grid import to_grid
 from gpuscope.dashboard.pages.heatmap import click_targets, row_target
 from gpuscope.dashboard_process import DashboardSettings
-from gpuscope.dashboard_process import build as build_dashboard
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
 from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
 from tests.collector.helpers import post
 from tests.conftest import new_database, require_tool
+from tests.dashboard.helpers import running_dashboard
 from tests.processes import running_collector
 
 LINK = '<a href="https://evil.example/">x</a>'
@@ -123,12 +123,7 @@ def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
         )
         assert created.status_code == 201, created.text
         settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", collector_url=collector.url, refresh_ms=60_000)
-        server = stack.enter_context(build_dashboard(settings))
-        server.start()
-        try:
-            yield f"http://127.0.0.1:{server.port}"
-        finally:
-            server.stop()
+        yield stack.enter_context(running_dashboard(settings))
 
 
 def hover_label(browser: Any, graph: str, hover: Any) -> str:

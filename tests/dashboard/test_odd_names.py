@@ -23,11 +23,11 @@ from gpuscope.dashboard.figures import plain, unplain
 from gpuscope.dashboard.grid import Grid, GridRow
 from gpuscope.dashboard.pages.heatmap import click_targets, row_target
 from gpuscope.dashboard_process import DashboardSettings
-from gpuscope.dashboard_process import build as build_dashboard
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, Snapshot
 from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
 from tests.collector.helpers import post
 from tests.conftest import new_database, require_tool
+from tests.dashboard.helpers import running_dashboard
 from tests.processes import running_collector
 
 RACK, NODE, JOB = "r/1", "rack/1 node#2?x% ünï", "train/1 #2?x% ünï"
@@ -59,12 +59,7 @@ def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
             response = post(collector, encode_binary(origin, 1, snapshots), **{"Content-Type": BINARY_CONTENT_TYPE})
             assert response.status_code == 200, response.text
         settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", refresh_ms=60_000)
-        server = stack.enter_context(build_dashboard(settings))
-        server.start()
-        try:
-            yield f"http://127.0.0.1:{server.port}"
-        finally:
-            server.stop()
+        yield stack.enter_context(running_dashboard(settings))
 
 
 def click_row(browser: Any, graph: str, row: int) -> None:

@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from gpuscope.core.listen import free_loopback_port
+from tests.commands import stop_process
 from tests.conftest import require_tool
 from tests.waiting import eventually
 
@@ -118,12 +120,6 @@ def refusing_port() -> Iterator[int]:
         yield held.getsockname()[1]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def write_config(folder: Path, exporter: int, down: int) -> Path:
     """The shipped prometheus.yml and rules, pointed at the stand-in exporter (through the shipped file_sd
     example's labels), a down dcgm-exporter job and a down collector; 1 s scrapes and evaluations."""
@@ -155,7 +151,7 @@ def write_config(folder: Path, exporter: int, down: int) -> Path:
 @contextlib.contextmanager
 def running_prometheus(config: Path, folder: Path) -> Iterator[str]:
     """`prometheus` on 127.0.0.1 with a fresh TSDB under `folder`, until ready; stopped afterwards."""
-    port = free_port()
+    port = free_loopback_port()
     log = folder / "prometheus.log"
     args = [
         require_tool("prometheus"),
@@ -178,12 +174,7 @@ def running_prometheus(config: Path, folder: Path) -> Iterator[str]:
         eventually(ready, what="prometheus ready", timeout=15, interval=0.2, ignoring=(AssertionError, OSError))
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process, timeout=10)
 
 
 def api(url: str, path: str) -> Any:

@@ -23,7 +23,6 @@ import contextlib
 import csv
 import math
 import re
-import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -35,7 +34,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.commands import GPUSCOPE, wait_healthy
+from gpuscope.core.listen import free_loopback_port
+from tests.commands import GPUSCOPE, stop_process, wait_healthy
 from tests.conftest import require_tool
 from tests.exporter.test_nvml_stub import config, stub_env, stub_libraries  # noqa: F401 (a session fixture)
 from tests.waiting import eventually
@@ -188,23 +188,6 @@ def value_problems(row: dict[str, str], value: float) -> list[str]:
 # ---- the processes ----
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @dataclass
 class Exporter:
     backend: str
@@ -224,7 +207,7 @@ class Exporter:
 @contextlib.contextmanager
 def running_exporter(backend: str, folder: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Exporter]:
     """`gpuscope exporter --backend BACKEND --dcgm-compat` on 127.0.0.1 (a free port), sampling every second."""
-    port = free_port()
+    port = free_loopback_port()
     args = ["exporter", "--backend", backend, "--dcgm-compat", "--listen", f"127.0.0.1:{port}", "--interval", "1"]
     args += ["--jobs", "none", "--ib-root", str(folder / "no-infiniband"), *extra]
     if backend == "sim":
@@ -236,11 +219,11 @@ def running_exporter(backend: str, folder: Path, *extra: str, env: dict[str, str
         try:
             wait_healthy(f"http://127.0.0.1:{port}", timeout=30, process=process)
         except (Exception, pytest.fail.Exception) as exc:
-            stop(process)
+            stop_process(process, timeout=10)
             raise AssertionError(f"{' '.join(args)}: not serving ({exc}); its log:\n{log.read_text()[-3000:]}") from exc
         yield Exporter(backend, process, port, log)
     finally:
-        stop(process)
+        stop_process(process, timeout=10)
 
 
 @dataclass
@@ -274,7 +257,7 @@ def running_prometheus(folder: Path, targets: dict[str, str]) -> Iterator[Promet
         "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [t]}]} for job, t in targets.items()],
     }
     (folder / "prometheus.yml").write_text(yaml.safe_dump(configuration))
-    port = free_port()
+    port = free_loopback_port()
     log = folder / "prometheus.log"
     args = [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'tsdb'}"]
     args += [f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h", "--log.level=warn"]
@@ -290,7 +273,7 @@ def running_prometheus(folder: Path, targets: dict[str, str]) -> Iterator[Promet
         eventually(ready, timeout=30, interval=0.1, ignoring=(httpx.HTTPError,), what="Prometheus to be ready")
         yield Prometheus(url)
     finally:
-        stop(process)
+        stop_process(process, timeout=10)
 
 
 @dataclass

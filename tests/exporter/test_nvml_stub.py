@@ -23,7 +23,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.commands import GPUSCOPE
+from tests.commands import GPUSCOPE, stop_process
 from tests.waiting import eventually
 
 STUB_DIR = Path(__file__).resolve().parent / "nvml_stub"
@@ -398,13 +398,7 @@ def exporter_process(stub: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Po
     try:
         yield process, log
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def test_the_exporter_command_serves_the_gpus_nvml_opens(

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.listen import free_loopback_port
-from tests.commands import GPUSCOPE, token_file, wait_healthy
+from tests.commands import GPUSCOPE, stop_process, token_file, wait_healthy
 from tests.conftest import new_database
 
 # Deterministic (the same examples on every run, so CI cannot pass by luck and a failure reproduces),
@@ -114,12 +114,7 @@ def hostile_collector(
             baseline_rss_kib=_rss_kib(process.pid), baseline_db_bytes=database_bytes(dsn),
         )  # fmt: skip
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def _rss_kib(pid: int) -> int:

@@ -21,6 +21,7 @@ from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from tests import commands
 from tests.alerts.receiver import ChatReceiver
 from tests.alerts.rules import gpu_over_temperature
+from tests.commands import stop_process
 from tests.conftest import count_rows
 from tests.waiting import eventually
 
@@ -117,9 +118,4 @@ def test_two_collectors_store_everything_once_and_hand_over_alerting(
         for exporter in exporters:
             exporter.stop()
         for process in collectors:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            stop_process(process)
