@@ -39,26 +39,34 @@ def dcgm_families(snapshot: Snapshot, hostname: str) -> Iterator[Family]:
     for spec in metrics_for("gpu"):
         if spec.dcgm_name is None or spec.dcgm_scale is None:
             continue
+        instance_spec = per_instance.get(spec.dcgm_name)
         for name in CLOCK_EVENT_NAMES if spec.key == "clock_event_reasons" else (spec.dcgm_name,):
-            family = _family(name, spec)
-            instance_spec = per_instance.get(spec.dcgm_name)
-            for reading, labels in up:
-                value = reading.values.get(spec.key)
-                if value is not None and not (reading.mig and instance_spec):
-                    family.add(labels, value * spec.dcgm_scale)
-            if instance_spec is not None and instance_spec.dcgm_scale is not None:
-                for mig, labels in instances:
-                    value = mig.values.get(instance_spec.key)
-                    if value is not None:
-                        family.add(labels, value * instance_spec.dcgm_scale)
-            yield family
+            yield _gpu_family(name, spec, instance_spec, up, instances)
     yield _fb_free(up, instances)
     yield _last_xid(up)
     yield _nvlink_bandwidth(up)
 
 
-def _family(name: str, spec: MetricSpec) -> Family:
-    return Family(name, spec.type, f"{spec.help} (dcgm-exporter compatible)", total_suffix=False)
+def _gpu_family(
+    name: str,
+    spec: MetricSpec,
+    instance_spec: MetricSpec | None,
+    up: list[tuple[GpuReading, str]],
+    instances: list[tuple[MigReading, str]],
+) -> Family:
+    """One field for every GPU; for a GPU in MIG mode, per GPU instance where the field has an instance
+    figure (`instance_spec`), in place of the GPU-wide one."""
+    family = Family(name, spec.type, f"{spec.help} (dcgm-exporter compatible)", total_suffix=False)
+    for reading, labels in up:
+        value = reading.values.get(spec.key)
+        if value is not None and spec.dcgm_scale is not None and not (reading.mig and instance_spec):
+            family.add(labels, value * spec.dcgm_scale)
+    if instance_spec is not None and instance_spec.dcgm_scale is not None:
+        for mig, labels in instances:
+            value = mig.values.get(instance_spec.key)
+            if value is not None:
+                family.add(labels, value * instance_spec.dcgm_scale)
+    return family
 
 
 def _fb_free(up: list[tuple[GpuReading, str]], instances: list[tuple[MigReading, str]]) -> Family:

@@ -30,6 +30,7 @@ class Sampler:
             raise ValueError(f"interval must be > 0 seconds, got {interval}")
         self.source = source
         self.interval = interval
+        self._driver_version: str = getattr(source, "driver_version", "")  # read once, when the backend started
         self.latest: Snapshot | None = None
         self.cycles = 0
         self.failed_cycles = 0
@@ -52,7 +53,7 @@ class Sampler:
             sample_seconds=time.perf_counter() - started,
             jobs=jobs,
             mig_jobs=mig_jobs,
-            driver_version=getattr(self.source, "driver_version", ""),
+            driver_version=self._driver_version,
         )
         self.latest = snapshot  # a single reference swap: readers see the old or the new, never half
         self.cycles += 1

@@ -81,16 +81,15 @@ ERROR_KEYS: dict[str, tuple[str, ...]] = {
     "link_recovery_errors": ("NVML_NVLINK_ERROR_DL_RECOVERY",),
     "link_ecc_errors": ("NVML_NVLINK_ERROR_DL_ECC_DATA",),
 }
-# GPU total -> per-link key; ECC data has no GPU-wide column in the collector, so it stays per link.
-ERROR_TOTALS = {
-    "nvlink_crc_errors": "link_crc_errors",
-    "nvlink_replay_errors": "link_replay_errors",
-    "nvlink_recovery_errors": "link_recovery_errors",
-}
-# GPU totals of one kind of CRC error, served on /metrics only (the collector stores the sum of both).
-CRC_KIND_TOTALS = {
-    "nvlink_crc_flit_errors": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
-    "nvlink_crc_data_errors": "NVML_NVLINK_ERROR_DL_CRC_DATA",
+# GPU total -> the NVML counters it adds up over all links. ECC data has no GPU-wide column in the
+# collector, so it stays per link; flit and data CRC apart are served on /metrics only (dcgm-exporter
+# counts them apart; the collector stores their sum).
+ERROR_TOTALS: dict[str, tuple[str, ...]] = {
+    "nvlink_crc_errors": ERROR_KEYS["link_crc_errors"],
+    "nvlink_replay_errors": ERROR_KEYS["link_replay_errors"],
+    "nvlink_recovery_errors": ERROR_KEYS["link_recovery_errors"],
+    "nvlink_crc_flit_errors": ("NVML_NVLINK_ERROR_DL_CRC_FLIT",),
+    "nvlink_crc_data_errors": ("NVML_NVLINK_ERROR_DL_CRC_DATA",),
 }
 
 
@@ -104,6 +103,7 @@ class NvlinkErrors:
         self._label = label
         self._log_once = log_once
         self._kinds = {key: [getattr(nvml, name) for name in names] for key, names in ERROR_KEYS.items()}
+        self._totals = {key: {getattr(nvml, name) for name in names} for key, names in ERROR_TOTALS.items()}
         self._names = {
             getattr(nvml, name): name.removeprefix("NVML_NVLINK_ERROR_DL_")
             for names in ERROR_KEYS.values()
@@ -127,13 +127,8 @@ class NvlinkErrors:
                         total += count
                 if supported and complete:
                     links[link][key] = total
-        for total_key, key in ERROR_TOTALS.items():
-            known = [count for (_, kind), count in self._last.items() if kind in self._kinds[key]]
-            if known:
-                values[total_key] = float(sum(known))
-        for total_key, name in CRC_KIND_TOTALS.items():  # dcgm-exporter counts flit and data CRC apart
-            kind = getattr(self._nvml, name)
-            known = [count for (_, counted), count in self._last.items() if counted == kind]
+        for total_key, counted in self._totals.items():
+            known = [count for (_, kind), count in self._last.items() if kind in counted]
             if known:
                 values[total_key] = float(sum(known))
 
