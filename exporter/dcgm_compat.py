@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuscope.exporter.catalog import MetricSpec, metrics_for
-from gpuscope.exporter.snapshot import UNKNOWN_XID, GpuReading, MigReading, Snapshot
+from gpuscope.exporter.snapshot import UNKNOWN_XID, GpuReading, JobInfo, MigReading, Snapshot
 from gpuscope.exporter.textformat import Family, label_block
 from gpuscope.exporter.xid_messages import xid_message
 
@@ -120,20 +120,23 @@ class _Labeller:
 
     def gpu(self, reading: GpuReading) -> str:
         job = (self._snapshot.jobs or {}).get(reading.gpu.index)
-        return self._block(reading, [], [], job.job_id if job else None)
+        return self._block(reading, [], [], job)
 
     def instance(self, reading: GpuReading, mig: MigReading) -> str:
         job = (self._snapshot.mig_jobs or {}).get(mig.uuid) or (self._snapshot.jobs or {}).get(reading.gpu.index)
-        return self._block(reading, MIG_LABELS, [mig.profile, str(mig.gpu_instance_id)], job.job_id if job else None)
+        return self._block(reading, MIG_LABELS, [mig.profile, str(mig.gpu_instance_id)], job)
 
-    def _block(self, reading: GpuReading, extra_names: list[str], extra: list[str], job_id: str | None) -> str:
+    def _block(self, reading: GpuReading, extra_names: list[str], extra: list[str], job: JobInfo | None) -> str:
         gpu = reading.gpu
         names = [*GPU_LABELS, *extra_names, "Hostname", "hostname"]
         values = [str(gpu.index), gpu.uuid, gpu.pci_bus_id, f"nvidia{gpu.index}", gpu.model, *extra]
         values += [self._hostname, self._hostname]
-        if job_id is not None:
+        if job is not None and job.pod is not None:  # Kubernetes: the pod's labels, as dcgm-exporter's
+            names += ["pod", "namespace", "container"]
+            values += [job.pod, job.namespace or "", job.container or ""]
+        elif job is not None:  # a batch scheduler's job: dcgm-exporter's HPC job mapping label
             names.append("hpc_job")
-            values.append(job_id)
+            values.append(job.job_id)
         if self._snapshot.driver_version:
             names.append("DCGM_FI_DRIVER_VERSION")
             values.append(self._snapshot.driver_version)

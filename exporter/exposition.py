@@ -11,7 +11,7 @@ from gpuscope.exporter.amd_compat import amd_families
 from gpuscope.exporter.catalog import MetricSpec, metrics_for
 from gpuscope.exporter.clock_events import clock_event_family
 from gpuscope.exporter.dcgm_compat import dcgm_families
-from gpuscope.exporter.snapshot import UNKNOWN_XID, Snapshot
+from gpuscope.exporter.snapshot import UNKNOWN_XID, JobInfo, Snapshot
 from gpuscope.exporter.textformat import TEXT_CONTENT_TYPE, Family, label_block, negotiate, render
 
 # Where the latest snapshot is read from: the sampler's attribute, or a fixed one in tests.
@@ -112,13 +112,21 @@ def _xid_label(code: int) -> str:
 
 def _job_family(snapshot: Snapshot) -> Family:
     """Which job holds each GPU (GPUs without a job have no sample), for joins in PromQL."""
-    jobs = Family("gpuscope_gpu_job_info", "gauge", "1 for the job that holds the GPU (job_id, user)")
+    jobs = Family("gpuscope_gpu_job_info", "gauge", "1 for the job holding the GPU (job_id, user; pod on Kubernetes)")
     for reading in snapshot.gpus:
         job = (snapshot.jobs or {}).get(reading.gpu.index)
         if job is not None:
-            names = ["gpu", "uuid", "job_id", "user"]
-            jobs.add(label_block(names, [str(reading.gpu.index), reading.gpu.uuid, job.job_id, job.user or ""]), 1)
+            names, values = _job_labels(job)
+            jobs.add(label_block(["gpu", "uuid", *names], [str(reading.gpu.index), reading.gpu.uuid, *values]), 1)
     return jobs
+
+
+def _job_labels(job: JobInfo) -> tuple[list[str], list[str]]:
+    """A job's labels: its id and user, and on Kubernetes the pod holding the device and its workload."""
+    if job.pod is None:
+        return ["job_id", "user"], [job.job_id, job.user or ""]
+    names = ["job_id", "user", "namespace", "pod", "container", "workload"]
+    return names, [job.job_id, job.user or "", job.namespace or "", job.pod, job.container or "", job.workload or ""]
 
 
 def _mig_families(snapshot: Snapshot, gpu_labels: list[str]) -> Iterator[Family]:
@@ -148,14 +156,15 @@ def _mig_families(snapshot: Snapshot, gpu_labels: list[str]) -> Iterator[Family]
 
 def _mig_job_family(snapshot: Snapshot) -> Family:
     """Which job holds each MIG device, where job attribution tells instances apart."""
-    jobs = Family("gpuscope_mig_job_info", "gauge", "1 for the job that holds the MIG device (job_id, user)")
-    names = ["gpu", "uuid", "gpu_instance_id", "compute_instance_id", "mig_uuid", "job_id", "user"]
+    jobs = Family("gpuscope_mig_job_info", "gauge", "1 for the job that holds the MIG device (job_id, user; pod)")
+    names = ["gpu", "uuid", "gpu_instance_id", "compute_instance_id", "mig_uuid"]
     for reading in snapshot.gpus:
         for mig in reading.mig:
             job = (snapshot.mig_jobs or {}).get(mig.uuid)
             if job is not None:
                 ids = [str(reading.gpu.index), reading.gpu.uuid, str(mig.gpu_instance_id), str(mig.compute_instance_id)]
-                jobs.add(label_block(names, [*ids, mig.uuid, job.job_id, job.user or ""]), 1)
+                job_names, job_values = _job_labels(job)
+                jobs.add(label_block([*names, *job_names], [*ids, mig.uuid, *job_values]), 1)
     return jobs
 
 

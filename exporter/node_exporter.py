@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpuscope.exporter.exposition import ExporterIdentity, Exposition, NameSets
 from gpuscope.exporter.http_server import make_server, snapshot_health
-from gpuscope.exporter.jobs.base import JobSource
+from gpuscope.exporter.jobs.base import JobSource, ListeningJobSource
 from gpuscope.exporter.pusher import Pusher
 from gpuscope.exporter.sampler import Sampler
 from gpuscope.exporter.sources.base import Source
@@ -73,6 +73,7 @@ class NodeExporter:
             if config.listen
             else None
         )
+        self._jobs = jobs
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -84,6 +85,8 @@ class NodeExporter:
         return str(host), int(port)
 
     def start(self) -> None:
+        if isinstance(self._jobs, ListeningJobSource):  # its listener, apart from the sampler (Kubernetes)
+            self._spawn(self._jobs.run, f"jobs-{self.config.node}", self._stop)
         self._spawn(self.sampler.run, f"sampler-{self.config.node}", self._stop)
         if self.pusher is not None:
             self._spawn(self.pusher.run, f"pusher-{self.config.node}", self._stop)

@@ -23,6 +23,12 @@ class GpuIdentity:
 class JobInfo:
     job_id: str
     user: str | None = None
+    # Kubernetes (exporter/jobs/kubernetes.py): the pod and container holding the device, and the workload
+    # that makes them one job ("JobSet/train-7"; job_id is then "<namespace>/<workload name>"). None on Slurm.
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    workload: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import numpy as np
 
 from gpuscope.exporter.catalog import keys_for
 from gpuscope.exporter.events import Event
-from gpuscope.exporter.snapshot import Snapshot
+from gpuscope.exporter.snapshot import JobInfo, Snapshot
 
 FORMAT = "gpuscope-samples"
 VERSION = 1
@@ -36,7 +36,7 @@ class _Columns:
 
     gpus: dict[int, dict[str, object]] = field(default_factory=dict)
     ports: dict[tuple[str, int], int] = field(default_factory=dict)
-    jobs: dict[tuple[str, str | None], int] | None = None
+    jobs: dict[JobInfo, int] | None = None
     gpu_cols: dict[str, list[object]] = field(default_factory=lambda: {"ts": [], "gpu": [], "up": []})
     gpu_values: dict[str, list[float | None]] = field(default_factory=lambda: {k: [] for k in keys_for("gpu")})
     port_cols: dict[str, list[object]] = field(default_factory=lambda: {"ts": [], "port": []})
@@ -59,7 +59,7 @@ def _collect(snapshots: Sequence[Snapshot]) -> _Columns:
             out.gpu_cols["up"].append(reading.up)
             if out.jobs is not None:
                 job = (snap.jobs or {}).get(gpu.index)
-                ref = None if job is None else out.jobs.setdefault((job.job_id, job.user), len(out.jobs))
+                ref = None if job is None else out.jobs.setdefault(job, len(out.jobs))
                 out.gpu_cols["job"].append(ref)
             for key, column in out.gpu_values.items():
                 column.append(reading.values.get(key))
@@ -84,7 +84,7 @@ def _header(origin: Origin, seq: int, version: int, cols: _Columns, events: Sequ
         "source": {"cluster": origin.cluster, "rack": origin.rack, "node": origin.node, "backend": origin.backend},
         "gpus": list(cols.gpus.values()),
         "ports": [{"device": device, "port": port} for (device, port) in cols.ports],
-        **({"jobs": [{"id": job_id, "user": user} for (job_id, user) in cols.jobs]} if cols.jobs is not None else {}),
+        **({"jobs": [_job(job) for job in cols.jobs]} if cols.jobs is not None else {}),
         **({"events": [_event(e) for e in events]} if events else {}),
     }
 
@@ -134,6 +134,14 @@ def encode_binary(origin: Origin, seq: int, snapshots: Sequence[Snapshot], event
 def _pad(parts: list[bytes]) -> None:
     size = sum(len(p) for p in parts)
     parts.append(b"\0" * (-size % 8))
+
+
+def _job(job: JobInfo) -> dict[str, object]:
+    out: dict[str, object] = {"id": job.job_id, "user": job.user}
+    for key in ("namespace", "pod", "container", "workload"):  # Kubernetes only
+        if getattr(job, key) is not None:
+            out[key] = getattr(job, key)
+    return out
 
 
 def _event(event: Event) -> dict[str, object]:

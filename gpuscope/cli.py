@@ -71,7 +71,29 @@ def _parser() -> argparse.ArgumentParser:
     exporter.add_argument("--cluster", default="default")
     exporter.add_argument("--token-file", type=Path, help="file holding the collector's bearer token")
     exporter.add_argument("--spool-dir", type=Path, help="keep unsent batches here while the collector is away")
-    exporter.add_argument("--jobs", choices=["auto", "slurm", "none"], default="auto", help="job attribution")
+    exporter.add_argument(
+        "--jobs",
+        choices=["auto", "slurm", "k8s", "none"],
+        default="auto",
+        help="job attribution (auto: Slurm if the node has it, else Kubernetes if the kubelet's socket is there)",
+    )
+    exporter.add_argument(
+        "--pod-resources-socket",
+        type=Path,
+        default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        help="the kubelet's pod-resources API (Kubernetes)",
+    )
+    exporter.add_argument(
+        "--pod-metadata",
+        choices=["auto", "apiserver", "kubelet", "none"],
+        default="auto",
+        help="where pod labels (which pods make one job) come from; auto: the API server in a pod, else the kubelet",
+    )
+    exporter.add_argument(
+        "--kubelet-pods-url",
+        default="http://127.0.0.1:10255/pods",
+        help="the kubelet's read-only pod list, for --pod-metadata kubelet",
+    )
     exporter.add_argument(
         "--slurm-mapping-dir",
         type=Path,

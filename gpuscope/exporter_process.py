@@ -13,7 +13,8 @@ from gpuscope.core.signals import stop_on_signals
 from gpuscope.core.tokens import read_token_file
 from gpuscope.exporter.exposition import NameSets
 from gpuscope.exporter.jobs.base import JobSource
-from gpuscope.exporter.jobs.select import open_jobs
+from gpuscope.exporter.jobs.kubernetes import DEFAULT_SOCKET
+from gpuscope.exporter.jobs.select import KUBELET_PODS_URL, KubernetesOptions, PodMetadata, open_jobs
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, NodeSpec, SimJobs, SimNodeSource
 from gpuscope.exporter.sources.base import BackendUnavailable, Source
@@ -22,7 +23,7 @@ from gpuscope.exporter.sources.select import open_source
 log = logging.getLogger(__name__)
 SIM_IB_PORTS = 8
 Backend = Literal["auto", "nvml", "amdsmi", "sim"]
-Jobs = Literal["auto", "slurm", "none"]
+Jobs = Literal["auto", "slurm", "k8s", "none"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class ExporterSettings:
     spool_dir: Path | None = None
     jobs: Jobs = "auto"
     slurm_mapping_dir: Path = Path("/run/gpuscope/slurm")
+    pod_resources_socket: Path = DEFAULT_SOCKET
+    pod_metadata: PodMetadata = "auto"
+    kubelet_pods_url: str = KUBELET_PODS_URL
     dcgm_compat: bool = False  # serve dcgm-exporter's names too
     amd_compat: bool = False  # serve AMD device-metrics-exporter's names too
     compat_only: bool = False  # serve only the compatible names chosen, not gpuscope's own
@@ -94,10 +98,18 @@ def make_source(settings: ExporterSettings) -> Source:
 
 
 def make_jobs(settings: ExporterSettings, source: Source) -> JobSource | None:
-    if settings.backend == "sim" and settings.jobs != "none":
+    kubernetes = KubernetesOptions(
+        node=settings.node,
+        interval=settings.interval,
+        socket=settings.pod_resources_socket,
+        pod_metadata=settings.pod_metadata,
+        kubelet_pods_url=settings.kubelet_pods_url,
+    )
+    if settings.backend == "sim" and settings.jobs in ("auto", "slurm"):
+        # the simulator's own schedule; `--jobs k8s` attributes its GPUs through a (test) kubelet instead
         assert isinstance(source, SimNodeSource)
         return SimJobs(source.node, source.schedule)
-    return open_jobs(settings.jobs, source, settings.slurm_mapping_dir)
+    return open_jobs(settings.jobs, source, settings.slurm_mapping_dir, kubernetes=kubernetes)
 
 
 def run(settings: ExporterSettings) -> None:

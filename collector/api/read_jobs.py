@@ -38,6 +38,11 @@ class JobOut(BaseModel):
     gpus: int
     gpu_hours: float
     usage: UsageOut
+    # Kubernetes: the namespace, the workload that makes the pods one job ("JobSet/train-7"), the pods; null
+    # for batch-scheduler jobs
+    namespace: str | None = None
+    workload: str | None = None
+    pods: list[str] | None = None
 
 
 class JobGpuOut(BaseModel):
@@ -45,6 +50,8 @@ class JobGpuOut(BaseModel):
     started_at: datetime
     ended_at: datetime | None
     usage: UsageOut
+    pod: str | None = None  # Kubernetes: the pod and container that held the GPU
+    container: str | None = None
 
 
 class JobDetailOut(BaseModel):
@@ -94,6 +101,9 @@ def _job_out(job: query.JobRow) -> JobOut:
         gpus=job.gpus,
         gpu_hours=job.gpu_hours,
         usage=UsageOut(**vars(job.usage)),
+        namespace=job.namespace,
+        workload=job.workload,
+        pods=job.pods,
     )
 
 
@@ -103,14 +113,16 @@ def get_jobs(
     time_range: TimeRangeDep,
     state: query.JobState = "all",
     user: str | None = None,
+    namespace: Annotated[str | None, Query(description="Kubernetes: only jobs in this namespace")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
 ) -> list[JobOut]:
     with pool.connection() as conn:
-        return [_job_out(job) for job in query.jobs(conn, time_range, state=state, user=user, limit=limit)]
+        found = query.jobs(conn, time_range, state=state, user=user, limit=limit, namespace=namespace)
+    return [_job_out(job) for job in found]
 
 
 @router.get(
-    "/jobs/{job_id}",
+    "/jobs/{job_id:path}",  # Kubernetes job ids are "<namespace>/<workload>"
     response_model=JobDetailOut,
     summary="One job: each GPU it held and how it used it",
     responses={404: error("No job has this id")},
@@ -124,7 +136,14 @@ def get_job(pool: ReadPoolDep, job_id: str) -> JobDetailOut:
     return JobDetailOut(
         job=_job_out(job),
         gpus=[
-            JobGpuOut(gpu=gpu_out(g.gpu), started_at=g.started_at, ended_at=g.ended_at, usage=UsageOut(**vars(g.usage)))
+            JobGpuOut(
+                gpu=gpu_out(g.gpu),
+                started_at=g.started_at,
+                ended_at=g.ended_at,
+                usage=UsageOut(**vars(g.usage)),
+                pod=g.pod,
+                container=g.container,
+            )
             for g in gpus
         ],
     )

@@ -9,6 +9,8 @@ FORMAT = "gpuscope-samples"
 MAX_FUTURE_SECONDS = 300.0
 MIN_TIMESTAMP = 946_684_800.0  # 2000-01-01: anything older is a broken clock, not history
 MAX_NAME = 128
+# a job id, pod or workload name: a pod named as a DNS subdomain (253) in its namespace (63), and a slash
+MAX_JOB_NAME = 320
 MAX_DEVICES = 4096
 MAX_ROWS = 1_000_000
 MAX_EVENTS = 10_000

@@ -17,6 +17,7 @@ from gpuscope.collector.ingest.batch import (
     MAX_DEVICES,
     MAX_EVENTS,
     MAX_FUTURE_SECONDS,
+    MAX_JOB_NAME,
     MAX_NAME,
     MIN_TIMESTAMP,
     TIME_RULE,
@@ -258,5 +259,14 @@ def _jobs(items: Any) -> tuple[JobRef, ...]:
         user = item.get("user")
         if user is not None:
             user = name(item, "user", loc)
-        jobs.append(JobRef(name(item, "id", loc), user))
+        k8s = {key: _optional_name(item, key, loc, limit) for key, limit in _KUBERNETES_JOB_FIELDS.items()}
+        jobs.append(JobRef(name(item, "id", loc, MAX_JOB_NAME), user, **k8s))
     return tuple(jobs)
+
+
+# A job's Kubernetes fields (docs/ingest-format.md): the pod holding the GPU, its container and workload.
+_KUBERNETES_JOB_FIELDS = {"namespace": 63, "pod": MAX_JOB_NAME, "container": 63, "workload": MAX_JOB_NAME}
+
+
+def _optional_name(item: dict[str, Any], key: str, loc: Loc, limit: int) -> str | None:
+    return None if item.get(key) is None else name(item, key, loc, limit)

@@ -10,6 +10,7 @@ from gpuscope.collector.ingest.batch import (
     FORMAT,
     MAX_DEVICES,
     MAX_EVENTS,
+    MAX_JOB_NAME,
     MAX_JOB_RUNS,
     MAX_JSON_BYTES,
     MAX_NAME,
@@ -210,7 +211,16 @@ V1_SCHEMA: dict[str, Any] = {
             "items": {
                 "type": "object",
                 "required": ["id"],
-                "properties": {"id": _name(), "user": {**_name(), "type": ["string", "null"]}},
+                "properties": {
+                    "id": _name(MAX_JOB_NAME),
+                    "user": {**_name(), "type": ["string", "null"]},
+                    # Kubernetes: the pod holding the GPU, its container, and the workload grouping pods into
+                    # the job (e.g. "JobSet/train-7"); left out or null elsewhere
+                    "namespace": {**_name(63), "type": ["string", "null"]},
+                    "pod": {**_name(MAX_JOB_NAME), "type": ["string", "null"]},
+                    "container": {**_name(63), "type": ["string", "null"]},
+                    "workload": {**_name(MAX_JOB_NAME), "type": ["string", "null"]},
+                },
             },
         },
         "gpu_samples": {

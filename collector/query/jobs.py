@@ -42,6 +42,9 @@ class JobRow:
     gpus: int
     gpu_hours: float
     usage: Usage
+    namespace: str | None = None  # Kubernetes: the job's namespace, workload ("JobSet/train-7") and pods
+    workload: str | None = None
+    pods: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class JobGpu:
     started_at: datetime
     ended_at: datetime | None
     usage: Usage
+    pod: str | None = None  # Kubernetes: the pod and container that held the GPU
+    container: str | None = None
 
 
 def _with_usage(picked: str, select: str) -> str:
@@ -78,14 +83,17 @@ SUMMARY_SELECT = (
     "SELECT a.job_id, min(a.username), bool_or(a.ended_at IS NULL), min(a.started_at),"  # noqa: S608 (constants)
     " CASE WHEN bool_or(a.ended_at IS NULL) THEN NULL ELSE max(a.ended_at) END, max(a.last_seen),"
     " array_agg(DISTINCT n.name ORDER BY n.name), count(DISTINCT a.gpu_id),"
-    f" (sum(extract(epoch FROM a.hi - a.started_at)) / 3600)::float8, {MEANS_SQL}"
+    f" (sum(extract(epoch FROM a.hi - a.started_at)) / 3600)::float8, {MEANS_SQL},"
+    " min(a.namespace), min(a.workload),"
+    " array_remove(array_agg(DISTINCT a.pod ORDER BY a.pod), NULL)"
     " FROM alloc a JOIN node n USING (node_id) LEFT JOIN per_alloc p USING (allocation_id)"
     " GROUP BY a.job_id ORDER BY bool_or(a.ended_at IS NULL) DESC, max(coalesce(a.ended_at, a.last_seen)) DESC,"
     " a.job_id"
 )
 JOBS_SQL = _with_usage(
     "SELECT job_id FROM job_allocation WHERE started_at < %(end)s AND coalesce(ended_at, 'infinity') >= %(start)s"
-    " AND (%(user)s::text IS NULL OR username = %(user)s) GROUP BY job_id"
+    " AND (%(user)s::text IS NULL OR username = %(user)s)"
+    " AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s) GROUP BY job_id"
     " HAVING %(state)s = 'all' OR (%(state)s = 'running') = bool_or(ended_at IS NULL)"
     " ORDER BY bool_or(ended_at IS NULL) DESC, max(coalesce(ended_at, last_seen)) DESC, job_id LIMIT %(limit)s",
     SUMMARY_SELECT,
@@ -94,21 +102,28 @@ ONE_JOB_SQL = _with_usage("SELECT %(job)s::text AS job_id", SUMMARY_SELECT)
 JOB_GPUS_SQL = _with_usage(
     "SELECT %(job)s::text AS job_id",
     "SELECT g.gpu_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid, a.started_at, a.ended_at,"  # noqa: S608
-    f" {MEANS_SQL} FROM alloc a JOIN gpu g USING (gpu_id) JOIN node n ON n.node_id = a.node_id"
+    f" {MEANS_SQL}, a.pod, a.container FROM alloc a JOIN gpu g USING (gpu_id) JOIN node n ON n.node_id = a.node_id"
     " LEFT JOIN per_alloc p USING (allocation_id)"
-    " GROUP BY a.allocation_id, g.gpu_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid, a.started_at, a.ended_at"
+    " GROUP BY a.allocation_id, g.gpu_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid, a.started_at, a.ended_at,"
+    " a.pod, a.container"
     " ORDER BY n.cluster, n.rack, n.name, g.gpu_index, a.started_at",
 )
 
 
 def jobs(
-    conn: Connection[Any], time_range: TimeRange, state: JobState = "all", user: str | None = None, limit: int = 500
+    conn: Connection[Any],
+    time_range: TimeRange,
+    state: JobState = "all",
+    user: str | None = None,
+    limit: int = 500,
+    namespace: str | None = None,
 ) -> list[JobRow]:
     """Jobs that held GPUs at some point in the range: running first, then the most recently active."""
     params = {
         "start": time_range.start,
         "end": time_range.end,
         "user": user,
+        "namespace": namespace,
         "state": state,
         "limit": limit,
         "hour_split": rollup_splits(conn).hour,
@@ -124,7 +139,7 @@ def job(conn: Connection[Any], job_id: str) -> JobRow | None:
 def job_gpus(conn: Connection[Any], job_id: str) -> list[JobGpu]:
     """Each GPU the job held (one entry per allocation), with its own usage: the per-rank view."""
     rows = conn.execute(JOB_GPUS_SQL, {"job": job_id, "hour_split": rollup_splits(conn).hour}).fetchall()
-    return [JobGpu(GpuRow(*row[:6]), row[6], row[7], Usage(*row[8:12])) for row in rows]
+    return [JobGpu(GpuRow(*row[:6]), row[6], row[7], Usage(*row[8:12]), row[12], row[13]) for row in rows]
 
 
 def _job_row(row: tuple[Any, ...]) -> JobRow:
@@ -139,4 +154,7 @@ def _job_row(row: tuple[Any, ...]) -> JobRow:
         gpus=row[7],
         gpu_hours=row[8],
         usage=Usage(*row[9:13]),
+        namespace=row[13],
+        workload=row[14],
+        pods=row[15] or None,
     )

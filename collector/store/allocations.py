@@ -12,6 +12,7 @@ does not grow with a statement per run; ingest caps runs per GPU per batch (inge
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 from psycopg import AsyncConnection
 
-from gpuscope.collector.store.batch import Batch
+from gpuscope.collector.store.batch import Batch, JobRef
 
 # An exporter silent this long no longer vouches for its allocations: they end at their last sighting.
 STALE_AFTER = timedelta(minutes=5)
@@ -37,13 +38,15 @@ _UPDATE_OPEN = (
     " WHERE a.allocation_id = u.id"
 )
 _INSERT_NEW = (
-    "INSERT INTO job_allocation (job_id, username, node_id, gpu_id, started_at, last_seen, ended_at)"
-    " SELECT job_id, username, %s, gpu_id,"
+    "INSERT INTO job_allocation (job_id, username, namespace, pod, container, workload, node_id, gpu_id,"
+    "  started_at, last_seen, ended_at)"
+    " SELECT job_id, username, namespace, pod, container, workload, %s, gpu_id,"
     "  timestamptz 'epoch' + first_us * interval '1 microsecond',"
     "  timestamptz 'epoch' + last_us * interval '1 microsecond',"
     "  CASE WHEN next_us >= 0 THEN timestamptz 'epoch' + next_us * interval '1 microsecond' END"
-    " FROM unnest(%s::text[], %s::text[], %s::int[], %s::bigint[], %s::bigint[], %s::bigint[])"
-    "  AS r(job_id, username, gpu_id, first_us, last_us, next_us)"
+    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::int[],"
+    "  %s::bigint[], %s::bigint[], %s::bigint[])"
+    "  AS r(job_id, username, namespace, pod, container, workload, gpu_id, first_us, last_us, next_us)"
 )
 
 
@@ -60,11 +63,17 @@ class Runs:
     first_of_gpu: np.ndarray  # bool
 
 
-def job_runs(ts: np.ndarray, device: np.ndarray, job: np.ndarray, job_ids: list[str]) -> Runs:
-    """`job`: per row a position in the batch's jobs, or -1. Positions naming the same job id are one
-    job (so a run is not cut where only the user differs)."""
-    first_position = {job_id: n for n, job_id in reversed(list(enumerate(job_ids)))}
-    canonical = np.array([first_position[j] for j in job_ids] + [NO_JOB], dtype=np.int64)
+def holder(job: JobRef) -> tuple[str, str | None, str | None]:
+    """What an allocation is of: the job, and on Kubernetes the pod and container in it (a pod replaced
+    under the same job, a JobSet restarting, starts an allocation of its own)."""
+    return job.job_id, job.pod, job.container
+
+
+def job_runs(ts: np.ndarray, device: np.ndarray, job: np.ndarray, job_keys: list[Hashable]) -> Runs:
+    """`job`: per row a position in the batch's jobs, or -1. Positions with the same key (holder()) are
+    one job (so a run is not cut where only the user differs)."""
+    first_position = {key: n for n, key in reversed(list(enumerate(job_keys)))}
+    canonical = np.array([first_position[k] for k in job_keys] + [NO_JOB], dtype=np.int64)
     order = np.lexsort((ts, device))
     dev = device[order]
     sent = job[order]
@@ -91,26 +100,27 @@ async def record(conn: AsyncConnection[Any], node_id: int, gpu_ids: dict[int, in
     samples = batch.gpu_samples
     if samples.job is None or len(samples) == 0:
         return
-    runs = job_runs(samples.ts, samples.device, samples.job, [j.job_id for j in batch.jobs])
+    keys = [holder(j) for j in batch.jobs]
+    runs = job_runs(samples.ts, samples.device, samples.job, keys)
     index_to_id = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)
     for index, gpu_id in gpu_ids.items():
         index_to_id[index] = gpu_id
 
     # The open allocations of these GPUs, locked for the rest of the transaction.
     cur = await conn.execute(
-        "SELECT gpu_id, allocation_id, job_id, (extract(epoch FROM last_seen) * 1000000)::bigint"
+        "SELECT gpu_id, allocation_id, job_id, pod, container, (extract(epoch FROM last_seen) * 1000000)::bigint"
         " FROM job_allocation WHERE gpu_id = ANY(%s) AND ended_at IS NULL ORDER BY gpu_id FOR UPDATE",
         (sorted(gpu_ids.values()),),
     )
     id_to_index = {gpu_id: index for index, gpu_id in gpu_ids.items()}
-    job_position = {j.job_id: n for n, j in reversed(list(enumerate(batch.jobs)))}
+    job_position = {key: n for n, key in reversed(list(enumerate(keys)))}
     open_id = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)
     open_job = np.full(MAX_GPU_INDEX, -2, dtype=np.int64)  # -2: a job not in this batch
     open_last = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)
-    for gpu_id, allocation_id, job_id, last_us in await cur.fetchall():
+    for gpu_id, allocation_id, job_id, pod, container, last_us in await cur.fetchall():
         index = id_to_index[gpu_id]
         open_id[index], open_last[index] = allocation_id, last_us
-        open_job[index] = job_position.get(job_id, -2)
+        open_job[index] = job_position.get((job_id, pod, container), -2)
 
     has_open = open_id[runs.gpu] >= 0
     # Old news (a late or repeated batch): runs that end no later than the open allocation was last seen.
@@ -133,13 +143,17 @@ async def record(conn: AsyncConnection[Any], node_id: int, gpu_ids: dict[int, in
     # Every other kept run of a job is an allocation of its own, ended where the GPU's next run starts.
     new = kept & (runs.job != NO_JOB) & ~continues
     if new.any():
-        positions = runs.sent[new].tolist()
+        sent = [batch.jobs[p] for p in runs.sent[new].tolist()]
         await conn.execute(
             _INSERT_NEW,
             (
                 node_id,
-                [batch.jobs[p].job_id for p in positions],
-                [batch.jobs[p].user for p in positions],
+                [j.job_id for j in sent],
+                [j.user for j in sent],
+                [j.namespace for j in sent],
+                [j.pod for j in sent],
+                [j.container for j in sent],
+                [j.workload for j in sent],
                 index_to_id[runs.gpu[new]].tolist(),
                 runs.first_us[new].tolist(),
                 runs.last_us[new].tolist(),

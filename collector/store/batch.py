@@ -26,6 +26,11 @@ class PortInfo:
 class JobRef:
     job_id: str
     user: str | None
+    # Kubernetes: the pod (and container) holding the GPU and its workload ("JobSet/train-7"); None elsewhere
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    workload: str | None = None
 
 
 @dataclass(frozen=True)

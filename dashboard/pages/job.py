@@ -65,8 +65,12 @@ def register(app: Dash, ctx: Context) -> None:
             message = f"No job {job_id!r} in the store."
             return banner(message, "empty"), message_figure(message), nothing()
         job = loaded.job
+        owner = f"user {job.user or '-'}"
+        if job.namespace:  # Kubernetes: whose pods these are
+            pods = ", ".join(job.pods or [])
+            owner = f"namespace {job.namespace} · {job.workload or '-'} · pods {pods or '-'}"
         summary = (
-            f"user {job.user or '-'} · {job.gpus} GPUs on {len(job.nodes)} nodes · "
+            f"{owner} · {job.gpus} GPUs on {len(job.nodes)} nodes · "
             f"{'running since' if job.running else 'ran from'} {job.started_at:%Y-%m-%d %H:%M} UTC"
             f"{'' if job.running else f' to {job.ended_at:%H:%M}'} · {job.gpu_hours:.1f} GPU-hours"
         )

@@ -57,6 +57,7 @@ def register(app: Dash, ctx: Context) -> None:
         loaded = data.load_jobs(ctx.pool, state, range_key)
         if not loaded.jobs:
             return banner("No jobs in this range.", "empty")
+        kubernetes = any(job.namespace for job in loaded.jobs)  # the pods' columns only where there are pods
         rows = []
         for job in loaded.jobs:
             flag: Any = "-"
@@ -73,6 +74,7 @@ def register(app: Dash, ctx: Context) -> None:
                 [
                     dcc.Link(job.job_id, href=f"/jobs/{quote(job.job_id, safe='')}"),
                     job.user or "-",
+                    *([job.namespace or "-", job.workload or "-"] if kubernetes else []),
                     "running" if job.running else f"ended {ago(job.ended_at)}",
                     len(job.nodes),
                     job.gpus,
@@ -82,7 +84,8 @@ def register(app: Dash, ctx: Context) -> None:
                     flag,
                 ]
             )
-        headers = ["job", "user", "state", "nodes", "GPUs", "GPU-hours", "mean util", "tensor active", "straggler"]
+        headers = ["job", "user", *(["namespace", "workload"] if kubernetes else [])]
+        headers += ["state", "nodes", "GPUs", "GPU-hours", "mean util", "tensor active", "straggler"]
         return table(headers, rows, id="jobs")
 
     @app.callback(
