@@ -153,8 +153,9 @@ class KubernetesJobs:
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"unix:{os.fspath(self._socket)}", options=_CHANNEL_OPTIONS)
         try:
-            call = self._channel.unary_unary(LIST, request_serializer=encode_empty, response_deserializer=decode_list)
-            pods: tuple[PodResources, ...] = call(b"", timeout=self._timeout)
+            # decoded here, not by gRPC: gRPC would log a traceback for each answer its deserializer rejects
+            answer = self._channel.unary_unary(LIST, request_serializer=encode_empty)(b"", timeout=self._timeout)
+            pods = decode_list(answer)
         except grpc.RpcError as exc:
             self._went("down", "jobs: kubelet pod-resources List failed (%s: %s); retrying", exc.code(), exc.details())
             return None
@@ -173,10 +174,8 @@ class KubernetesJobs:
 
     def _log_allocatable(self, grpc: Any) -> None:
         try:
-            call = self._channel.unary_unary(
-                GET_ALLOCATABLE, request_serializer=encode_empty, response_deserializer=decode_allocatable
-            )
-            entries = call(b"", timeout=self._timeout)
+            call = self._channel.unary_unary(GET_ALLOCATABLE, request_serializer=encode_empty)
+            entries = decode_allocatable(call(b"", timeout=self._timeout))
         except grpc.RpcError as exc:  # a kubelet older than 1.21, or the feature gate off
             log.info("jobs: the kubelet does not list allocatable devices (%s: %s)", exc.code(), exc.details())
             return

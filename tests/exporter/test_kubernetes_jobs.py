@@ -274,3 +274,22 @@ def test_auto_picks_kubernetes_where_the_socket_is_and_slurm_is_not(
     assert not isinstance(picked, KubernetesJobs), "slurmd in pods: Slurm knows the jobs, the kubelet the pods"
     gone = KubernetesOptions(node="node-a", socket=tmp_path / "none.sock")
     assert open_jobs("auto", source, tmp_path / "no-slurm", tmp_path / "cgroup", kubernetes=gone) is None
+
+
+def test_an_answer_that_is_not_pod_resources_is_said_once_and_changes_nothing(
+    fake_kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_kubelet.set_pods([Pod("p", "ns", [Container("c", {"nvidia.com/gpu": [UUIDS[0]]})])])
+    jobs = listener(fake_kubelet)
+    jobs.poll_once()
+    pb2 = fake_kubelet.protos.pb2
+    # an unknown field sent as a group (wire types 3 and 4), which protobuf keeps and sends on and the v1 API
+    # never uses: the kind of answer a kubelet bug or another server on the socket could give
+    odd = pb2.PodResources.FromString(pb2.PodResources(name="q", namespace="ns").SerializeToString() + b"\x7b\x7c")
+    with caplog.at_level(logging.INFO):
+        fake_kubelet.set_pods([odd])
+        for _ in range(3):
+            jobs.poll_once()
+    said = [r for r in caplog.records if "not understood" in r.getMessage()]
+    assert len(said) == 1 and not any(r.exc_info for r in caplog.records), "one line, no traceback"
+    assert set(jobs.assign(GPUS, 0)) == {0}, "the last answer understood stands"
