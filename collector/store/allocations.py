@@ -12,7 +12,7 @@ does not grow with a statement per run; ingest caps runs per GPU per batch (inge
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -69,7 +69,7 @@ def holder(job: JobRef) -> tuple[str, str | None, str | None]:
     return job.job_id, job.pod, job.container
 
 
-def job_runs(ts: np.ndarray, device: np.ndarray, job: np.ndarray, job_keys: list[Hashable]) -> Runs:
+def job_runs(ts: np.ndarray, device: np.ndarray, job: np.ndarray, job_keys: Sequence[Hashable]) -> Runs:
     """`job`: per row a position in the batch's jobs, or -1. Positions with the same key (holder()) are
     one job (so a run is not cut where only the user differs)."""
     first_position = {key: n for n, key in reversed(list(enumerate(job_keys)))}

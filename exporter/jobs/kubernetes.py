@@ -80,6 +80,9 @@ class KubernetesJobs:
         self._metadata = metadata
         self._interval = interval
         self._timeout = max(0.5, min(interval, 5.0))  # a call never outlives the next poll by much
+        # how long before a cycle the kubelet is asked: a List takes milliseconds on a busy node
+        self._lead = min(0.1 * interval, 0.25)
+        self._last_cycle: float | None = None  # monotonic time of the sampler's last cycle
         self._monotonic = monotonic
         self._table = _Table()
         self._channel: Any = None
@@ -92,6 +95,7 @@ class KubernetesJobs:
     # --- what the sampler calls: reads the published table, nothing else ---
 
     def assign(self, gpus: tuple[GpuIdentity, ...], now: float) -> dict[int, JobInfo]:
+        self._last_cycle = self._monotonic()  # the listener times its polls by the sampler's cycles
         table = self._fresh()
         found: dict[int, JobInfo] = {}
         for gpu in gpus:
@@ -124,12 +128,23 @@ class KubernetesJobs:
         """Poll until `stop` is set (NodeExporter runs this in its own thread)."""
         try:
             while True:
-                started = self._monotonic()
                 self.poll_once()
-                if stop.wait(max(0.0, self._interval - (self._monotonic() - started))):
+                if stop.wait(self.until_next_poll()):
                     return
         finally:
             self.close()
+
+    def until_next_poll(self) -> float:
+        """Seconds until the next poll: just before the sampler's next cycle, so that a pod that started
+        or ended is in the next sample (allocations then start and end within one sampling interval of
+        the kubelet's word), and once a cycle, so the kubelet is asked no more often than we sample."""
+        now = self._monotonic()
+        if self._last_cycle is None:
+            return self._interval
+        next_poll = self._last_cycle + self._interval - self._lead
+        while next_poll <= now + self._lead:  # missed (a slow call): aim at the cycle after
+            next_poll += self._interval
+        return next_poll - now
 
     def poll_once(self) -> None:
         self.polls += 1

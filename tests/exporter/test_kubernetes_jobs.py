@@ -19,7 +19,6 @@ from gpuscope.exporter.jobs.select import KubernetesOptions, open_jobs
 from gpuscope.exporter.sampler import Sampler
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import GpuIdentity, JobInfo
-from tests.k8s.conftest import fake_kubelet, kubelet_socket  # noqa: F401 (fixtures)
 from tests.k8s.fake_kubelet import Claim, ClaimDevice, Container, FakeKubelet, Pod
 from tests.k8s.pod_list import PodListServer, pod, pod_list_server
 from tests.waiting import eventually
@@ -191,7 +190,7 @@ def test_a_slow_kubelet_never_delays_a_sampling_cycle(fake_kubelet: FakeKubelet)
 
 
 def test_socket_missing_at_start_then_gone_then_back_is_followed(
-    kubelet_socket: str,  # noqa: F811
+    kubelet_socket: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = [1000.0]
@@ -214,7 +213,9 @@ def test_socket_missing_at_start_then_gone_then_back_is_followed(
             kubelet.set_pods([Pod("q", "ns", [Container("c", {"nvidia.com/gpu": [UUIDS[1]]})])])
             kubelet.start()
             started = time.monotonic()
-            eventually(lambda: (jobs.poll_once(), set(jobs.assign(GPUS, 0)) == {1})[1], what="the kubelet followed", timeout=5)
+            eventually(
+                lambda: (jobs.poll_once(), set(jobs.assign(GPUS, 0)) == {1})[1], what="the kubelet followed", timeout=5
+            )
             assert time.monotonic() - started < 3, "reconnecting waited out gRPC's long backoff"
         finally:
             kubelet.stop()
@@ -250,21 +251,36 @@ def test_a_kubelet_listing_allocatable_devices_says_what_it_hands_out(
     assert said == ["jobs: the kubelet hands out nvidia.com/gpu x4, rdma/hca x2"]
 
 
-def test_polling_every_interval_stays_inside_the_kubelets_rate_limit(fake_kubelet: FakeKubelet) -> None:
+def test_the_kubelet_is_asked_once_a_cycle_just_before_it(fake_kubelet: FakeKubelet) -> None:
+    clock = [100.0]
+    jobs = KubernetesJobs(Path(fake_kubelet.socket_path), None, interval=5.0, monotonic=lambda: clock[0])
+    assert jobs.until_next_poll() == 5.0, "before the first cycle: every interval"
+    jobs.assign(GPUS, 0)  # a cycle at 100
+    clock[0] = 100.1
+    assert jobs.until_next_poll() == pytest.approx(4.65), "0.25 s before the cycle at 105"
+    clock[0] = 104.9  # a slow List ran past the moment: aim at the cycle at 110
+    assert jobs.until_next_poll() == pytest.approx(4.85)
+
+
+def test_polls_follow_the_sampling_cycles_within_the_kubelets_rate_limit(fake_kubelet: FakeKubelet) -> None:
     fake_kubelet.set_pods([Pod("p", "ns", [Container("c", {"nvidia.com/gpu": [UUIDS[0]]})])])
-    jobs = KubernetesJobs(Path(fake_kubelet.socket_path), None, interval=0.05)
+    jobs = KubernetesJobs(Path(fake_kubelet.socket_path), None, interval=0.1)
     stop = threading.Event()
     thread = threading.Thread(target=jobs.run, args=(stop,), daemon=True)
     thread.start()
-    time.sleep(1.0)
+    cycles = 0
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5:
+        found = jobs.assign(GPUS, 0)
+        cycles += 1
+        time.sleep(0.1 - (time.monotonic() - started) % 0.1)
     stop.set()
     thread.join(timeout=5)
-    assert 10 <= jobs.polls <= 25 and set(jobs.assign(GPUS, 0)) == {0}
+    assert abs(jobs.polls - cycles) <= 2, (jobs.polls, cycles)
+    assert set(found) == {0} and not fake_kubelet.calls("Get")
 
 
-def test_auto_picks_kubernetes_where_the_socket_is_and_slurm_is_not(
-    fake_kubelet: FakeKubelet, tmp_path: Path
-) -> None:
+def test_auto_picks_kubernetes_where_the_socket_is_and_slurm_is_not(fake_kubelet: FakeKubelet, tmp_path: Path) -> None:
     options = KubernetesOptions(node="node-a", socket=Path(fake_kubelet.socket_path), pod_metadata="none")
     source = SimNodeSource(build_topology(1, 1, 1)[0], JobSchedule(build_topology(1, 1, 1), 0), 0)
     picked = open_jobs("auto", source, tmp_path / "no-slurm", tmp_path / "cgroup", kubernetes=options)

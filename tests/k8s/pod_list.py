@@ -38,7 +38,7 @@ class PodListServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 server.requests += 1
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

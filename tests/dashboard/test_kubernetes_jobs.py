@@ -1,0 +1,82 @@
+"""Kubernetes jobs in the dashboard, in real headless Chromium: a JobSet's pods on two nodes, sent as the
+exporter sends Kubernetes attribution, are one job on /jobs with its namespace and workload, and its page
+names the pods; a Slurm job beside it keeps its user."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from gpuscope.bench.browser import console_errors, open_page, screenshot, wait_until
+from gpuscope.core.embedded_pg import EmbeddedPostgres
+from gpuscope.dashboard_process import DashboardSettings
+from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, Snapshot
+from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from tests.collector.helpers import post
+from tests.conftest import new_database, require_tool
+from tests.dashboard.helpers import running_dashboard
+from tests.processes import running_collector
+
+JOB = "research/llama"
+
+
+def _job_on(node: int) -> JobInfo:
+    pod = f"llama-workers-0-{node}"
+    return JobInfo(JOB, None, "research", pod, "trainer", "JobSet/llama")
+
+
+@pytest.fixture(scope="module")
+def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
+    require_tool("chromium")
+    require_tool("chromedriver")
+    dsn = new_database(postgres)
+    with contextlib.ExitStack() as stack:
+        collector = stack.enter_context(running_collector(dsn))
+        now = time.time()
+        for node in range(3):
+            origin = Origin("c", "r1", f"node-{node}", "sim", str(uuid.uuid4()))
+            gpus = [GpuIdentity(i, f"GPU-{uuid.uuid4()}", "H100", f"00:{i:02x}") for i in range(2)]
+            job = _job_on(node) if node < 2 else JobInfo("4711", "ada")
+            snapshots = [
+                Snapshot(
+                    ts=now - 300 + 10 * t,
+                    gpus=tuple(GpuReading(g, True, {"util_pct": 90.0, "tensor_active_pct": 40.0}) for g in gpus),
+                    ports=(),
+                    jobs={g.index: job for g in gpus},
+                )
+                for t in range(30)
+            ]
+            response = post(collector, encode_binary(origin, 1, snapshots), **{"Content-Type": BINARY_CONTENT_TYPE})
+            assert response.status_code == 200, response.text
+        settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", refresh_ms=60_000)
+        yield stack.enter_context(running_dashboard(settings))
+
+
+def test_a_jobset_is_one_job_with_its_namespace_and_workload(dashboard: str, browser: Any) -> None:
+    open_page(browser, dashboard + "/jobs?range=1h")
+    table = wait_until(browser, lambda: browser.find_element("id", "jobs"), 10, "the jobs table")
+    headers = [cell.text for cell in table.find_elements("css selector", "th")]
+    assert headers[:4] == ["job", "user", "namespace", "workload"]
+    rows = {
+        cells[0].text: [c.text for c in cells]
+        for cells in (row.find_elements("css selector", "td") for row in table.find_elements("css selector", "tr"))
+        if cells
+    }
+    assert rows[JOB][1:6] == ["-", "research", "JobSet/llama", "running", "2"], "one job, two nodes"
+    assert rows["4711"][1:4] == ["ada", "-", "-"], "a Slurm job beside it keeps its user, no pod columns"
+    screenshot(browser, "jobs-kubernetes")
+    link = browser.find_element("link text", JOB)
+    assert link.get_attribute("href") == f"{dashboard}/jobs/{quote(JOB, safe='')}"
+    link.click()
+    summary = wait_until(
+        browser, lambda: browser.find_element("id", "job-summary").text or None, 10, "the job's summary"
+    )
+    assert "namespace research · JobSet/llama · pods llama-workers-0-0, llama-workers-0-1" in summary
+    assert "4 GPUs on 2 nodes" in summary
+    assert console_errors(browser) == []
