@@ -9,8 +9,8 @@ Labels on every per-GPU sample: gpu_id (gpuscope's index), gpu_uuid (gpuscope's 
 ends in :pN), gpu_partition_id (N for a partition, "NA" for a whole GPU, as AMD's exporter writes it
 outside partitioned mode), serial_number, card_model (the board's part number, e.g. 102-G30211-00, as
 AMD's exporter writes it and its dashboards match on; the model name where the board gives none),
-driver_version, hostname, job_id and job_user (from job
-attribution, "" without a job), pod ("" until Kubernetes attribution). gpu_clock adds clock_type
+driver_version, hostname, job_id and job_user (from job attribution, "" without a job), pod, namespace
+and container (from Kubernetes attribution, "" elsewhere). gpu_clock adds clock_type
 (system, memory) and the XGMI families link_index. gpu_nodes_total is labelled by hostname only and
 counts every GPU (partition) the exporter reads, down ones included, as AMD's counts the GPUs its agent
 lists; a GPU that is down has no other sample.
@@ -63,6 +63,8 @@ LABELS = [
     "job_id",
     "job_user",
     "pod",
+    "namespace",
+    "container",
 ]
 COMPATIBLE = " (AMD device-metrics-exporter compatible)"
 _PARTITION = re.compile(r".*:p(\d+)")  # the AMD backend's partition suffix on the GPU's UUID
@@ -112,7 +114,9 @@ def _labels(snapshot: Snapshot, reading: GpuReading, hostname: str) -> str:
         hostname,
         job.job_id if job else "",
         (job.user or "") if job else "",
-        "",
+        (job.pod or "") if job else "",  # Kubernetes attribution (--jobs k8s); "" for batch jobs
+        (job.namespace or "") if job else "",
+        (job.container or "") if job else "",
     ]
     return label_block(LABELS, values)
 

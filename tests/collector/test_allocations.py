@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pytest
 
 from gpuscope.collector.store.allocations import STALE_AFTER, expire_stale
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
@@ -94,4 +95,42 @@ def test_bad_job_reference_is_rejected(collector: RunningCollector) -> None:
     response = post(collector, bad)
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["gpu_samples", "job", 0]
+    assert allocations(collector.dsn) == []
+
+
+def _pods(dsn: str) -> list[tuple]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT g.gpu_index, a.job_id, a.namespace, a.pod, a.container, a.workload,"
+            "       extract(epoch FROM a.started_at)::int, extract(epoch FROM a.ended_at)::int"
+            " FROM job_allocation a JOIN gpu g USING (gpu_id) ORDER BY g.gpu_index, a.started_at"
+        ).fetchall()
+
+
+def test_a_pod_replaced_under_the_same_job_starts_an_allocation_of_its_own(collector: RunningCollector) -> None:
+    first, second = (JobInfo("ml/llama", None, "ml", f"llama-0-{n}", "trainer", "JobSet/llama") for n in "ab")
+    other_container = JobInfo("ml/llama", None, "ml", "llama-0-b", "sidecar", "JobSet/llama")
+    exporter = str(uuid.uuid4())
+    assert post(collector, batch(1, [{0: first}] * 2 + [{0: second}], exporter)).status_code == 200
+    assert post(collector, batch(2, [{0: second}, {0: other_container}], exporter, offset=3)).status_code == 200
+    t = int(START)
+    assert _pods(collector.dsn) == [
+        (0, "ml/llama", "ml", "llama-0-a", "trainer", "JobSet/llama", t, t + 2),
+        (0, "ml/llama", "ml", "llama-0-b", "trainer", "JobSet/llama", t + 2, t + 4),  # continued across batches
+        (0, "ml/llama", "ml", "llama-0-b", "sidecar", "JobSet/llama", t + 4, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("namespace", "n" * 64), ("pod", "p" * 321), ("container", "c\n"), ("workload", ""), ("pod", 7)],
+)
+def test_bad_kubernetes_fields_are_refused_and_nothing_is_stored(
+    collector: RunningCollector, field: str, value: object
+) -> None:
+    bad = batch(1, [{0: JobInfo("ml/x", None, "ml", "x-0", "c", "Pod/x-0")}], str(uuid.uuid4()))
+    bad["jobs"][0][field] = value
+    response = post(collector, bad)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["jobs", 0, field]
     assert allocations(collector.dsn) == []

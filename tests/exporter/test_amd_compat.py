@@ -128,7 +128,9 @@ def test_labels() -> None:
     gpus = mi300x_node(2)
     gpus[0].product_serial = "692247001282"
     gpus[1].unsupported = {"board"}  # amdsmi_get_gpu_board_info answers NOT_SUPPORTED
+    pod = JobInfo("ml/llama", None, "ml", "llama-0-0", "trainer", "JobSet/llama")
     snapshot = amd_snapshot(gpus, jobs={1: JobInfo("4242", "alice")})
+    on_kubernetes = scrape(amd_snapshot(gpus, jobs={0: pod}))["gpu_power_usage"]
     got = scrape(snapshot)
     power = {s.labels["gpu_id"]: s.labels for s in got["gpu_power_usage"]}
     assert list(power["0"]) == LABELS
@@ -143,10 +145,14 @@ def test_labels() -> None:
         "job_id": "",
         "job_user": "",
         "pod": "",
+        "namespace": "",
+        "container": "",
     }
     assert power["1"]["serial_number"] == "", "unknown serial: empty, as AMD's exporter leaves it"
     assert power["1"]["card_model"] == "AMD Instinct MI300X", "no part number: the model name"
     assert (power["1"]["job_id"], power["1"]["job_user"]) == ("4242", "alice")
+    labels = next(s.labels for s in on_kubernetes if s.labels["gpu_id"] == "0")
+    assert [labels[k] for k in ("job_id", "pod", "namespace", "container")] == ["ml/llama", "llama-0-0", "ml", "trainer"]
     clock = got["gpu_clock"][0].labels
     assert list(clock) == [*LABELS, "clock_type"]
     assert list(got["gpu_xgmi_link_rx"][0].labels) == [*LABELS, "link_index"]
