@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import grpc
+
 from gpuscope.exporter.jobs import devices
 from gpuscope.exporter.jobs.pod_metadata import PodListError, PodMeta
 from gpuscope.exporter.jobs.podresources_wire import (
@@ -87,6 +89,8 @@ class KubernetesJobs:
         self._table = _Table()
         self._channel: Any = None
         self._state = "starting"  # starting | up | down: a log line when it changes, not every poll
+        self._answer: bytes | None = None  # the last List answer read, as sent
+        self._labels_missing = False  # pods whose labels are still to be fetched
         self._meta: dict[tuple[str, str], PodMeta] = {}
         self._meta_failed_at = float("-inf")
         self._warned: set[object] = set()
@@ -148,46 +152,52 @@ class KubernetesJobs:
 
     def poll_once(self) -> None:
         self.polls += 1
-        pods = self._list()
-        if pods is None:
+        answer = self._list()
+        if answer is None:
             return
+        if answer == self._answer and not self._labels_missing:  # the usual poll: nothing changed
+            self._table = _Table(self._table.jobs, self._monotonic())
+            return
+        try:
+            pods = decode_list(answer)
+        except WireError as exc:
+            self._went("down", "jobs: kubelet pod-resources answer not understood (%s); retrying", exc)
+            return
+        if self._state != "up":
+            self._went("up", "jobs: Kubernetes (kubelet pod-resources at %s, %d pods)", self._socket, len(pods))
+            self._log_allocatable()
         self._refresh_metadata({(p.namespace, p.name) for p in pods})
         self._table = _Table(self._jobs_by_device(pods), self._monotonic())
+        self._answer = answer
 
     def close(self) -> None:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
 
-    def _list(self) -> tuple[PodResources, ...] | None:
+    def _list(self) -> bytes | None:
+        """List's answer as sent: decoded by the caller, not by gRPC, which would log a traceback for each
+        answer its deserializer refused, and only when it differs from the last one."""
         if not self._socket.exists():
             self._went("down", "jobs: kubelet pod-resources socket %s is not there (yet); waiting for it", self._socket)
             return None
-        import grpc  # a base dependency; imported here so that Slurm-only nodes never load it
-
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"unix:{os.fspath(self._socket)}", options=_CHANNEL_OPTIONS)
         try:
-            # decoded here, not by gRPC: gRPC would log a traceback for each answer its deserializer rejects
-            answer = self._channel.unary_unary(LIST, request_serializer=encode_empty)(b"", timeout=self._timeout)
-            pods = decode_list(answer)
+            answer: bytes = self._channel.unary_unary(LIST, request_serializer=encode_empty)(b"", timeout=self._timeout)
         except grpc.RpcError as exc:
             self._went("down", "jobs: kubelet pod-resources List failed (%s: %s); retrying", exc.code(), exc.details())
             return None
-        except WireError as exc:
-            self._went("down", "jobs: kubelet pod-resources answer not understood (%s); retrying", exc)
-            return None
-        if self._state != "up":
-            self._went("up", "jobs: Kubernetes (kubelet pod-resources at %s, %d pods)", self._socket, len(pods))
-            self._log_allocatable(grpc)
-        return pods
+        if self._state == "down":
+            self._answer = None  # a kubelet back from a restart: read its answer afresh, and say so
+        return answer
 
     def _went(self, state: str, message: str, *args: object) -> None:
         if self._state != state:
             self._state = state
             log.log(logging.INFO if state == "up" else logging.WARNING, message, *args)
 
-    def _log_allocatable(self, grpc: Any) -> None:
+    def _log_allocatable(self) -> None:
         try:
             call = self._channel.unary_unary(GET_ALLOCATABLE, request_serializer=encode_empty)
             entries = decode_allocatable(call(b"", timeout=self._timeout))
@@ -208,6 +218,7 @@ class KubernetesJobs:
             return
         self._meta = {pod: meta for pod, meta in self._meta.items() if pod in pods}  # forget ended pods
         unknown = pods - self._meta.keys()
+        self._labels_missing = bool(unknown)
         if not unknown or self._monotonic() - self._meta_failed_at < METADATA_RETRY:
             return
         try:
@@ -223,7 +234,8 @@ class KubernetesJobs:
             )
             return
         self._meta.update({pod: meta for pod, meta in fetched.items() if pod in pods})
-        if unknown - fetched.keys():
+        self._labels_missing = bool(unknown - fetched.keys())
+        if self._labels_missing:
             self._meta_failed_at = self._monotonic()  # pods the list does not have yet: ask again later
 
     def _jobs_by_device(self, pods: Iterable[PodResources]) -> dict[str, JobInfo]:

@@ -81,6 +81,28 @@ def encode_get_request(pod: tuple[str, str]) -> bytes:
     return _string_field(1, name) + _string_field(2, namespace)
 
 
+def encode_list(pods: Iterable[PodResources]) -> bytes:
+    """ListPodResourcesResponse for `pods` (devices only: what a kubelet stand-in serves, as in the bench)."""
+    return b"".join(_message_field(1, _encode_pod(pod)) for pod in pods)
+
+
+def _encode_pod(pod: PodResources) -> bytes:
+    containers = b"".join(_message_field(3, _encode_container(c)) for c in pod.containers)
+    return _string_field(1, pod.name) + _string_field(2, pod.namespace) + containers
+
+
+def _encode_container(container: Container) -> bytes:
+    devices = b"".join(
+        _message_field(2, _string_field(1, resource) + b"".join(_string_field(2, i) for i in ids))
+        for resource, ids in container.devices
+    )
+    return _string_field(1, container.name) + devices
+
+
+def _message_field(number: int, body: bytes) -> bytes:
+    return _varint_bytes(number << 3 | _LEN) + _varint_bytes(len(body)) + body
+
+
 def _string_field(number: int, value: str) -> bytes:
     if not value:
         return b""  # proto3 leaves out fields at their default

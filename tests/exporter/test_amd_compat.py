@@ -152,7 +152,8 @@ def test_labels() -> None:
     assert power["1"]["card_model"] == "AMD Instinct MI300X", "no part number: the model name"
     assert (power["1"]["job_id"], power["1"]["job_user"]) == ("4242", "alice")
     labels = next(s.labels for s in on_kubernetes if s.labels["gpu_id"] == "0")
-    assert [labels[k] for k in ("job_id", "pod", "namespace", "container")] == ["ml/llama", "llama-0-0", "ml", "trainer"]
+    pod_labels = [labels[k] for k in ("job_id", "pod", "namespace", "container")]
+    assert pod_labels == ["ml/llama", "llama-0-0", "ml", "trainer"]
     clock = got["gpu_clock"][0].labels
     assert list(clock) == [*LABELS, "clock_type"]
     assert list(got["gpu_xgmi_link_rx"][0].labels) == [*LABELS, "link_index"]

@@ -31,6 +31,7 @@ from gpuscope.exporter.jobs.podresources_wire import (
     decode_list,
     encode_empty,
     encode_get_request,
+    encode_list,
 )
 from tests.k8s import fake_kubelet as fk
 from tests.k8s.protos import SERVICE, load
@@ -575,3 +576,15 @@ def test_a_malformed_answer_over_grpc_is_an_internal_rpc_error_not_a_wire_error(
             server.stop(None).wait(TIMEOUT)
     assert failed.value.code() == grpc.StatusCode.INTERNAL
     assert "deserializ" in (failed.value.details() or "")
+
+
+def test_encode_list_is_read_back_by_protobuf_and_by_us() -> None:
+    pods = (
+        PodResources("train-0", "ml", (Container("main", (("nvidia.com/gpu", ("GPU-1", "GPU-2")),), ()),)),
+        PodResources("idle", "kube-system", (Container("c", (), ()),)),
+    )
+    data = encode_list(pods)
+    parsed = pb2.ListPodResourcesResponse.FromString(data)
+    assert [(p.name, p.namespace) for p in parsed.pod_resources] == [("train-0", "ml"), ("idle", "kube-system")]
+    assert list(parsed.pod_resources[0].containers[0].devices[0].device_ids) == ["GPU-1", "GPU-2"]
+    assert decode_list(data) == pods
