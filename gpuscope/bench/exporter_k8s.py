@@ -2,8 +2,8 @@
 in a process of its own so that its CPU is not counted as ours) serves the pod-resources v1 List of a busy
 node, 8 GPU pods among 60, and the exporter's own listener asks it.
 
-- `k8s_poll_cpu_ms`, `k8s_poll_wall_ms`: one List as the listener makes it (call, decode, device table),
-  which it does once a sampling cycle, on its own thread.
+- `k8s_poll_cpu_ms`, `k8s_poll_wall_ms`: one List as the listener makes it once a sampling cycle, on its
+  own thread: the usual poll, whose answer is the last one again (decoded only when it changed).
 - `k8s_cpu_ms_per_cycle`: the sampling cycle with Kubernetes attribution (its assign() reads the table)
   plus one poll: what a cycle costs at the 1 s interval the CPU target assumes.
 - `k8s_cycle_wall_ms_p99`: the cycle's wall time while the listener polls as fast as the kubelet answers
