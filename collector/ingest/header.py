@@ -256,11 +256,8 @@ def _ports(items: Any) -> tuple[PortInfo, ...]:
 def _jobs(items: Any) -> tuple[JobRef, ...]:
     jobs = []
     for loc, item in _objects(items, "jobs", MAX_DEVICES):
-        user = item.get("user")
-        if user is not None:
-            user = name(item, "user", loc)
         k8s = {key: _optional_name(item, key, loc, limit) for key, limit in _KUBERNETES_JOB_FIELDS.items()}
-        jobs.append(JobRef(name(item, "id", loc, MAX_JOB_NAME), user, **k8s))
+        jobs.append(JobRef(name(item, "id", loc, MAX_JOB_NAME), _optional_name(item, "user", loc, MAX_NAME), **k8s))
     return tuple(jobs)
 
 
@@ -269,4 +266,5 @@ _KUBERNETES_JOB_FIELDS = {"namespace": 63, "pod": MAX_JOB_NAME, "container": 63,
 
 
 def _optional_name(item: dict[str, Any], key: str, loc: Loc, limit: int) -> str | None:
+    """A name that may be left out or null."""
     return None if item.get(key) is None else name(item, key, loc, limit)

@@ -132,6 +132,10 @@ def _name(limit: int = MAX_NAME, what: str = "") -> dict[str, Any]:
     }
 
 
+def _name_or_null(limit: int = MAX_NAME) -> dict[str, Any]:
+    return {**_name(limit), "type": ["string", "null"]}
+
+
 def _rows(item: dict[str, Any], description: str) -> dict[str, Any]:
     return {"type": "array", "maxItems": MAX_ROWS, "items": item, "description": description}
 
@@ -213,13 +217,13 @@ V1_SCHEMA: dict[str, Any] = {
                 "required": ["id"],
                 "properties": {
                     "id": _name(MAX_JOB_NAME),
-                    "user": {**_name(), "type": ["string", "null"]},
+                    "user": _name_or_null(),
                     # Kubernetes: the pod holding the GPU, its container, and the workload grouping pods into
                     # the job (e.g. "JobSet/train-7"); left out or null elsewhere
-                    "namespace": {**_name(63), "type": ["string", "null"]},
-                    "pod": {**_name(MAX_JOB_NAME), "type": ["string", "null"]},
-                    "container": {**_name(63), "type": ["string", "null"]},
-                    "workload": {**_name(MAX_JOB_NAME), "type": ["string", "null"]},
+                    "namespace": _name_or_null(63),
+                    "pod": _name_or_null(MAX_JOB_NAME),
+                    "container": _name_or_null(63),
+                    "workload": _name_or_null(MAX_JOB_NAME),
                 },
             },
         },

@@ -30,6 +30,7 @@ from gpuscope.exporter.jobs.pod_metadata import PodListError, PodMeta
 from gpuscope.exporter.jobs.podresources_wire import (
     GET_ALLOCATABLE,
     LIST,
+    Claim,
     PodResources,
     WireError,
     decode_allocatable,
@@ -244,7 +245,7 @@ class KubernetesJobs:
             workload = workload_of(pod.namespace, pod.name, self._meta.get((pod.namespace, pod.name)))
             for container in pod.containers:
                 job = JobInfo(
-                    job_id=f"{pod.namespace}/{workload.name}",
+                    job_id=workload.job_id(pod.namespace),
                     namespace=pod.namespace,
                     pod=pod.name,
                     container=container.name,
@@ -266,7 +267,7 @@ class KubernetesJobs:
                         )
         return table
 
-    def _claim_keys(self, pod: PodResources, claims: Iterable[Any]) -> list[str]:
+    def _claim_keys(self, pod: PodResources, claims: Iterable[Claim]) -> list[str]:
         names = []
         for claim in claims:
             for device in claim.devices:

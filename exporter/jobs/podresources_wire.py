@@ -1,13 +1,14 @@
 """The kubelet's pod-resources v1 messages (tests/k8s/podresources/v1/api.proto), encoded and decoded by hand.
 
-The exporter calls the kubelet with grpcio's generic calls,
-`channel.unary_unary(LIST, request_serializer=encode_empty, response_deserializer=decode_list)`, so that a
-GPU node needs neither the protobuf runtime nor generated code. Only what job attribution uses is decoded:
-pods, containers, device-plugin devices and DRA claims. Everything else (cpu_ids, memory, topology,
-share_id, fields a newer kubelet adds) is skipped, as protobuf skips fields it does not know.
+The exporter calls the kubelet with grpcio's generic calls, `channel.unary_unary(LIST,
+request_serializer=encode_empty)`, and decodes the bytes that answers with decode_list, so that a GPU node
+needs neither the protobuf runtime nor generated code. Only what job attribution uses is decoded: pods,
+containers, device-plugin devices and DRA claims. Everything else (cpu_ids, memory, topology, share_id,
+fields a newer kubelet adds) is skipped, as protobuf skips fields it does not know.
 
-Beware: grpcio catches a deserializer's exception itself, logs it and fails the call with INTERNAL
-"Exception deserializing response!", so a WireError raised inside a call reaches the caller as grpc.RpcError.
+Decode outside the call, not as its response_deserializer: grpcio catches a deserializer's exception
+itself, logs a traceback and fails the call with INTERNAL "Exception deserializing response!", so a
+WireError would reach the caller as grpc.RpcError, with a traceback in the log each time.
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ node, 8 GPU pods among 60, and the exporter's own listener asks it.
 from __future__ import annotations
 
 import multiprocessing
-import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -33,57 +33,59 @@ POLLS = 300
 OTHER_PODS = 52  # a busy GPU node: daemons, sidecars, CPU jobs besides the 8 GPU pods
 
 
-def measure(sampler_for: Callable[[KubernetesJobs], Sampler], uuids: list[str], cycles: int) -> dict[str, Any]:
+def measure(
+    sampler_for: Callable[[KubernetesJobs], Sampler],
+    uuids: list[str],
+    cycles: int,
+    sampling_cost: Callable[[Sampler, int], dict[str, Any]],
+) -> dict[str, Any]:
+    """The figures above; `sampling_cost(sampler, cycles)` times the cycles as the rest of the bench does."""
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-k8s-") as tmp:
         socket = Path(tmp) / "kubelet.sock"
         parent, child = context.Pipe()
         server = context.Process(target=_serve, args=(str(socket), uuids, child), daemon=True)
         server.start()
+        jobs = KubernetesJobs(socket, None, interval=1.0)
         try:
             if not parent.poll(60):
                 raise RuntimeError("the kubelet stand-in did not start")
             parent.recv()
-            return _measure(socket, sampler_for, len(uuids), cycles)
+            poll = _poll_cost(jobs)
+            sampler = sampler_for(jobs)
+            attributed = len(sampler.sample_once().jobs or {})
+            if attributed != len(uuids):
+                raise RuntimeError(f"the listener attributed {attributed} of {len(uuids)} GPUs")
+            quiet = sampling_cost(sampler, cycles)
+            with _polling_flat_out(jobs):
+                busy = sampling_cost(sampler, cycles)
         finally:
+            jobs.close()
             server.terminate()
             server.join(10)
-
-
-def _measure(socket: Path, sampler_for: Callable[[KubernetesJobs], Sampler], gpus: int, cycles: int) -> dict[str, Any]:
-    jobs = KubernetesJobs(socket, None, interval=1.0)
-    try:
-        jobs.poll_once()
-        cpu_start, wall_start = time.process_time(), time.perf_counter()
-        for _ in range(POLLS):
-            jobs.poll_once()
-        poll_cpu_ms = (time.process_time() - cpu_start) * 1000 / POLLS
-        poll_wall_ms = (time.perf_counter() - wall_start) * 1000 / POLLS
-        sampler = sampler_for(jobs)
-        for _ in range(50):
-            sampler.sample_once()
-        attributed = len(sampler.sample_once().jobs or {})
-        if attributed != gpus:
-            raise RuntimeError(f"the listener attributed {attributed} of {gpus} GPUs")
-        cpu_start = time.process_time()
-        for _ in range(cycles):
-            sampler.sample_once()
-        cycle_cpu_ms = (time.process_time() - cpu_start) * 1000 / cycles
-        wall = _cycles_while_polling(jobs, sampler, cycles)
-    finally:
-        jobs.close()
     return {
-        "k8s_pods": gpus + OTHER_PODS,
-        "k8s_poll_cpu_ms": round(poll_cpu_ms, 3),
-        "k8s_poll_wall_ms": round(poll_wall_ms, 3),
-        "k8s_sampling_cpu_ms_per_cycle": round(cycle_cpu_ms, 3),
-        "k8s_cycle_wall_ms_p50": round(statistics.median(wall) * 1000, 3),
-        "k8s_cycle_wall_ms_p99": round(statistics.quantiles(wall, n=100)[98] * 1000, 3),
-        "_k8s_cycle_and_poll_cpu_ms": cycle_cpu_ms + poll_cpu_ms,  # the caller adds the PCIe share
+        "k8s_pods": len(uuids) + OTHER_PODS,
+        **poll,
+        "k8s_sampling_cpu_ms_per_cycle": quiet["cpu_ms_per_cycle"],
+        "k8s_cycle_wall_ms_p50": busy["cycle_wall_ms_p50"],
+        "k8s_cycle_wall_ms_p99": busy["cycle_wall_ms_p99"],
     }
 
 
-def _cycles_while_polling(jobs: KubernetesJobs, sampler: Sampler, cycles: int) -> list[float]:
+def _poll_cost(jobs: KubernetesJobs) -> dict[str, float]:
+    jobs.poll_once()  # the first answer is decoded; the usual poll finds it unchanged
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
+    for _ in range(POLLS):
+        jobs.poll_once()
+    return {
+        "k8s_poll_cpu_ms": round((time.process_time() - cpu_start) * 1000 / POLLS, 3),
+        "k8s_poll_wall_ms": round((time.perf_counter() - wall_start) * 1000 / POLLS, 3),
+    }
+
+
+@contextmanager
+def _polling_flat_out(jobs: KubernetesJobs) -> Iterator[None]:
+    """The listener asking the kubelet as fast as it answers, on a thread of its own, meanwhile."""
     stop = threading.Event()
 
     def poll() -> None:
@@ -92,16 +94,11 @@ def _cycles_while_polling(jobs: KubernetesJobs, sampler: Sampler, cycles: int) -
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
-    wall = []
     try:
-        for _ in range(cycles):
-            started = time.perf_counter()
-            sampler.sample_once()
-            wall.append(time.perf_counter() - started)
+        yield
     finally:
         stop.set()
         thread.join(10)
-    return wall
 
 
 def _serve(socket: str, uuids: list[str], ready: Connection) -> None:
