@@ -35,6 +35,7 @@ class IngestOut(BaseModel):
     duplicate: bool  # a retry of a batch already stored: nothing stored again
     gpu_rows: int
     port_rows: int
+    mig_rows: int  # rows of MIG devices (docs/ingest-format.md, "MIG devices")
     ignored_fields: list[str]  # fields this collector does not know (a newer exporter's), left out
 
 
@@ -102,12 +103,14 @@ async def push_samples(request: Request, state: IngestStateDep) -> JSONResponse:
     state.metrics.batches.labels("duplicate" if result.duplicate else "stored").inc()
     state.metrics.rows.labels("gpu").inc(result.gpu_rows)
     state.metrics.rows.labels("port").inc(result.port_rows)
+    state.metrics.rows.labels("mig").inc(result.mig_rows)
     state.metrics.seconds.observe(time.perf_counter() - started)
     return JSONResponse(
         {
             "duplicate": result.duplicate,
             "gpu_rows": result.gpu_rows,
             "port_rows": result.port_rows,
+            "mig_rows": result.mig_rows,
             "ignored_fields": list(batch.ignored_fields),
         }
     )

@@ -17,7 +17,7 @@ import numpy as np
 from gpuscope.collector.ingest import samples as sample_rules
 from gpuscope.collector.ingest.batch import MAX_JSON_BYTES, IngestError, Loc
 from gpuscope.collector.ingest.header import Scope, header, remember, require
-from gpuscope.collector.ingest.json_v1 import _parse_json, to_batch
+from gpuscope.collector.ingest.json_v1 import _parse_json, mig_samples, to_batch
 from gpuscope.collector.store.batch import Batch, Samples
 from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 
@@ -75,8 +75,9 @@ def decode(raw: bytes, window: tuple[float, float], scope: Scope = None) -> Batc
     )
     if body.offset != len(raw):
         raise IngestError(400, ("body",), f"{len(raw) - body.offset} bytes after the last block")
+    migs = mig_samples(doc, meta, window, ignored)  # in the header, as JSON arrays
     remember(meta)
-    return to_batch(meta, gpu_samples, port_samples, ignored)
+    return to_batch(meta, gpu_samples, port_samples, ignored, migs)
 
 
 class Body:

@@ -24,7 +24,7 @@ from gpuscope.collector.ingest.batch import (
     IngestError,
     Loc,
 )
-from gpuscope.collector.store.batch import EventIn, GpuInfo, JobRef, PortInfo
+from gpuscope.collector.store.batch import EventIn, GpuInfo, JobRef, MigInfo, PortInfo
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Header:
     jobs: tuple[JobRef, ...] | None  # None: the exporter does not attribute jobs
     events: tuple[EventIn, ...]
     inventory_key: bytes | None = None  # checked now, not recognised: remember() it once the batch passes
+    migs: tuple[MigInfo, ...] = ()  # the MIG devices seen during the batch (docs/ingest-format.md)
 
 
 def header(doc: Any, version: int, window: tuple[float, float], scope: Scope = None) -> Header:
@@ -74,13 +75,16 @@ def header(doc: Any, version: int, window: tuple[float, float], scope: Scope = N
     _authorize(inventory, scope)
     jobs = doc.get("jobs")
     events = doc.get("events")
+    migs = doc.get("migs")
+    gpu_indexes = {g.index for g in inventory.gpus}
     return Header(
         exporter_id=exporter_id,
         seq=seq,
         inventory=inventory,
         jobs=_jobs(jobs) if jobs is not None else None,
-        events=_events(events, {g.index for g in inventory.gpus}, window) if events is not None else (),
+        events=_events(events, gpu_indexes, window) if events is not None else (),
         inventory_key=key,
+        migs=_migs(migs, gpu_indexes) if migs is not None else (),
     )
 
 
@@ -268,3 +272,40 @@ _KUBERNETES_JOB_FIELDS = {"namespace": 63, "pod": MAX_JOB_NAME, "container": 63,
 def _optional_name(item: dict[str, Any], key: str, loc: Loc, limit: int) -> str | None:
     """A name that may be left out or null."""
     return None if item.get(key) is None else name(item, key, loc, limit)
+
+
+MAX_INSTANCE_ID = 255
+MAX_SLICES = 32
+
+
+def _migs(items: Any, gpu_indexes: set[int]) -> tuple[MigInfo, ...]:
+    migs = []
+    places: set[tuple[int, int, int]] = set()
+    uuids: set[str] = set()
+    for loc, item in _objects(items, "migs", MAX_DEVICES):
+        gpu = require(item, "gpu", int, loc)
+        if gpu not in gpu_indexes:
+            raise IngestError(422, (*loc, "gpu"), "must be an index listed in gpus")
+        ids = []
+        for key in ("gpu_instance_id", "compute_instance_id"):
+            value = require(item, key, int, loc)
+            if not 0 <= value <= MAX_INSTANCE_ID:
+                raise IngestError(422, (*loc, key), f"must be between 0 and {MAX_INSTANCE_ID}")
+            ids.append(value)
+        place = (gpu, ids[0], ids[1])
+        if place in places:
+            raise IngestError(422, (*loc, "compute_instance_id"), f"MIG device {place} listed twice")
+        places.add(place)
+        uuid_ = name(item, "uuid", loc)
+        if uuid_ in uuids:
+            raise IngestError(422, (*loc, "uuid"), f"MIG device {uuid_} listed twice")
+        uuids.add(uuid_)
+        profile = name(item, "profile", loc, 64)
+        slices = require(item, "slices", int, loc)
+        if not 1 <= slices <= MAX_SLICES:
+            raise IngestError(422, (*loc, "slices"), f"must be between 1 and {MAX_SLICES}")
+        gpu_slices = require(item, "gpu_slices", int, loc)
+        if not slices <= gpu_slices <= MAX_SLICES:
+            raise IngestError(422, (*loc, "gpu_slices"), f"must be between slices ({slices}) and {MAX_SLICES}")
+        migs.append(MigInfo(gpu, ids[0], ids[1], uuid_, profile, slices, gpu_slices))
+    return tuple(migs)

@@ -14,7 +14,7 @@ from gpuscope.collector.ingest.batch import MAX_JSON_BYTES, IngestError, Loc
 from gpuscope.collector.ingest.header import Header, Scope, header, remember, require
 from gpuscope.collector.ingest.samples import ExactInts
 from gpuscope.collector.store.batch import Batch, JobRef, Samples
-from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
+from gpuscope.collector.store.columns import GPU_COLUMNS, MIG_COLUMNS, PORT_COLUMNS, Column
 
 VERSION = 1
 
@@ -45,11 +45,37 @@ def decode(raw: bytes, window: tuple[float, float], scope: Scope = None) -> Batc
         window,
         ignored,
     )
+    migs = mig_samples(doc, meta, window, ignored)
     remember(meta)
-    return to_batch(meta, gpu_samples, port_samples, ignored)
+    return to_batch(meta, gpu_samples, port_samples, ignored, migs)
 
 
-def to_batch(meta: Header, gpu_samples: Samples, port_samples: Samples, ignored: set[str]) -> Batch:
+def mig_samples(doc: dict[str, Any], meta: Header, window: tuple[float, float], ignored: set[str]) -> Samples | None:
+    """The MIG devices' rows: JSON arrays in both versions (a few per GPU and cycle); None when the
+    sender lists no MIG devices and sends no rows."""
+    obj = doc.get("mig_samples")
+    if obj is None and not meta.migs:
+        return None
+    obj = NO_MIG_SAMPLES if obj is None else obj
+    job_sent = isinstance(obj, dict) and obj.get("job") is not None  # optional: left out, no MIG allocation changes
+    return _samples(
+        obj,
+        ("mig_samples",),
+        "mig",
+        MIG_COLUMNS,
+        range(len(meta.migs)),
+        window,
+        ignored,
+        meta.jobs if job_sent else None,
+    )
+
+
+NO_MIG_SAMPLES: dict[str, Any] = {"ts": [], "mig": [], "values": {}}
+
+
+def to_batch(
+    meta: Header, gpu_samples: Samples, port_samples: Samples, ignored: set[str], migs: Samples | None = None
+) -> Batch:
     inventory = meta.inventory
     return Batch(
         exporter_id=meta.exporter_id,
@@ -65,6 +91,8 @@ def to_batch(meta: Header, gpu_samples: Samples, port_samples: Samples, ignored:
         gpu_samples=gpu_samples,
         port_samples=port_samples,
         ignored_fields=tuple(sorted(ignored)),
+        migs=meta.migs,
+        mig_samples=migs,
     )
 
 

@@ -2,7 +2,8 @@
 
 For each GPU, the batch's rows (in time order) form runs of the same job. The first run continues the
 GPU's open allocation if it is the same job; any change of job closes the open allocation at the
-first sample showing the change and opens the next one. Batches can arrive late or twice: rows older
+first sample showing the change and opens the next one. MIG devices are followed the same way, each on
+its own, and their allocations keep their parent GPU. Batches can arrive late or twice: rows older
 than an allocation's last_seen never reopen or shorten it.
 
 A batch's runs are worked out with numpy and written with three statements whatever their number (the
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 from psycopg import AsyncConnection
 
-from gpuscope.collector.store.batch import Batch, JobRef
+from gpuscope.collector.store.batch import Batch, JobRef, Samples
 
 # An exporter silent this long no longer vouches for its allocations: they end at their last sighting.
 STALE_AFTER = timedelta(minutes=5)
@@ -38,15 +39,15 @@ _UPDATE_OPEN = (
     " WHERE a.allocation_id = u.id"
 )
 _INSERT_NEW = (
-    "INSERT INTO job_allocation (job_id, username, namespace, pod, container, workload, node_id, gpu_id,"
+    "INSERT INTO job_allocation (job_id, username, namespace, pod, container, workload, node_id, gpu_id, mig_id,"
     "  started_at, last_seen, ended_at)"
-    " SELECT job_id, username, namespace, pod, container, workload, %s, gpu_id,"
+    " SELECT job_id, username, namespace, pod, container, workload, %s, gpu_id, mig_id,"
     "  timestamptz 'epoch' + first_us * interval '1 microsecond',"
     "  timestamptz 'epoch' + last_us * interval '1 microsecond',"
     "  CASE WHEN next_us >= 0 THEN timestamptz 'epoch' + next_us * interval '1 microsecond' END"
-    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::int[],"
+    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],"
     "  %s::bigint[], %s::bigint[], %s::bigint[])"
-    "  AS r(job_id, username, namespace, pod, container, workload, gpu_id, first_us, last_us, next_us)"
+    "  AS r(job_id, username, namespace, pod, container, workload, gpu_id, mig_id, first_us, last_us, next_us)"
 )
 
 
@@ -97,40 +98,75 @@ def job_runs(ts: np.ndarray, device: np.ndarray, job: np.ndarray, job_keys: Sequ
 
 
 async def record(conn: AsyncConnection[Any], node_id: int, gpu_ids: dict[int, int], batch: Batch) -> None:
+    """The allocations of whole GPUs, from the GPU rows' jobs."""
     samples = batch.gpu_samples
     if samples.job is None or len(samples) == 0:
         return
+    gpu_of = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)  # GPU index -> gpu_id
+    for index, gpu_id in gpu_ids.items():
+        gpu_of[index] = gpu_id
+    await _record_runs(conn, node_id, batch, samples, gpu_of, None)
+
+
+async def record_mig(
+    conn: AsyncConnection[Any], node_id: int, gpu_ids: dict[int, int], mig_ids: Sequence[int], batch: Batch
+) -> None:
+    """The allocations of MIG devices, from the MIG rows' jobs: each with its parent GPU."""
+    samples = batch.mig_samples
+    if samples is None or samples.job is None or len(samples) == 0:
+        return
+    gpu_of = np.array([gpu_ids[m.gpu] for m in batch.migs], dtype=np.int64)  # position in migs -> parent gpu_id
+    await _record_runs(conn, node_id, batch, samples, gpu_of, np.array(mig_ids, dtype=np.int64))
+
+
+# The open allocations of the batch's devices, locked for the rest of the transaction: whole GPUs, or MIG
+# devices. Each row: the device's id, then the allocation.
+_OPEN_OF_GPUS = (
+    "SELECT gpu_id, allocation_id, job_id, pod, container, (extract(epoch FROM last_seen) * 1000000)::bigint"
+    " FROM job_allocation WHERE gpu_id = ANY(%s) AND mig_id IS NULL AND ended_at IS NULL ORDER BY gpu_id FOR UPDATE"
+)
+_OPEN_OF_MIGS = (
+    "SELECT mig_id, allocation_id, job_id, pod, container, (extract(epoch FROM last_seen) * 1000000)::bigint"
+    " FROM job_allocation WHERE mig_id = ANY(%s) AND ended_at IS NULL ORDER BY mig_id FOR UPDATE"
+)
+
+
+async def _record_runs(
+    conn: AsyncConnection[Any],
+    node_id: int,
+    batch: Batch,
+    samples: Samples,
+    gpu_of: np.ndarray,
+    mig_of: np.ndarray | None,
+) -> None:
+    """`samples.device` is a position in `gpu_of` (the gpu_id of each device) and, for MIG devices, in
+    `mig_of` (their mig_id); None: the devices are whole GPUs."""
+    assert samples.job is not None
     keys = [holder(j) for j in batch.jobs]
     runs = job_runs(samples.ts, samples.device, samples.job, keys)
-    index_to_id = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)
-    for index, gpu_id in gpu_ids.items():
-        index_to_id[index] = gpu_id
-
-    # The open allocations of these GPUs, locked for the rest of the transaction.
-    cur = await conn.execute(
-        "SELECT gpu_id, allocation_id, job_id, pod, container, (extract(epoch FROM last_seen) * 1000000)::bigint"
-        " FROM job_allocation WHERE gpu_id = ANY(%s) AND ended_at IS NULL ORDER BY gpu_id FOR UPDATE",
-        (sorted(gpu_ids.values()),),
-    )
-    id_to_index = {gpu_id: index for index, gpu_id in gpu_ids.items()}
+    device_ids = gpu_of if mig_of is None else mig_of
+    listed = np.flatnonzero(device_ids >= 0)
+    cur = await conn.execute(_OPEN_OF_GPUS if mig_of is None else _OPEN_OF_MIGS, (sorted(device_ids[listed].tolist()),))
+    id_to_device = {int(device_ids[d]): int(d) for d in listed}
     job_position = {key: n for n, key in reversed(list(enumerate(keys)))}
-    open_id = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)
-    open_job = np.full(MAX_GPU_INDEX, -2, dtype=np.int64)  # -2: a job not in this batch
-    open_last = np.full(MAX_GPU_INDEX, -1, dtype=np.int64)
-    for gpu_id, allocation_id, job_id, pod, container, last_us in await cur.fetchall():
-        index = id_to_index[gpu_id]
-        open_id[index], open_last[index] = allocation_id, last_us
-        open_job[index] = job_position.get((job_id, pod, container), -2)
+    size = len(device_ids)
+    open_id = np.full(size, -1, dtype=np.int64)
+    open_job = np.full(size, -2, dtype=np.int64)  # -2: a job not in this batch
+    open_last = np.full(size, -1, dtype=np.int64)
+    for device_id, allocation_id, job_id, pod, container, last_us in await cur.fetchall():
+        device = id_to_device[device_id]
+        open_id[device], open_last[device] = allocation_id, last_us
+        open_job[device] = job_position.get((job_id, pod, container), -2)
 
     has_open = open_id[runs.gpu] >= 0
     # Old news (a late or repeated batch): runs that end no later than the open allocation was last seen.
-    # In time order these are the first runs of a GPU, so the runs kept are the rest.
+    # In time order these are the first runs of a device, so the runs kept are the rest.
     kept = ~(has_open & (runs.last_us <= open_last[runs.gpu]))
     first_kept = kept & (runs.first_of_gpu | ~np.r_[False, kept[:-1]])
     meets_open = first_kept & has_open
     continues = meets_open & (runs.job != NO_JOB) & (runs.job == open_job[runs.gpu])
 
-    # The open allocation a GPU's first kept run meets: continued (seen until that run's end, and ended
+    # The open allocation a device's first kept run meets: continued (seen until that run's end, and ended
     # where the next run starts, if one does), or ended where that run starts.
     if meets_open.any():
         ends = np.where(continues, runs.next_us, runs.first_us)[meets_open]
@@ -140,10 +176,11 @@ async def record(conn: AsyncConnection[Any], node_id: int, gpu_ids: dict[int, in
             (open_id[runs.gpu[meets_open]].tolist(), seen.tolist(), ends.tolist()),
         )
 
-    # Every other kept run of a job is an allocation of its own, ended where the GPU's next run starts.
+    # Every other kept run of a job is an allocation of its own, ended where the device's next run starts.
     new = kept & (runs.job != NO_JOB) & ~continues
     if new.any():
         sent = [batch.jobs[p] for p in runs.sent[new].tolist()]
+        devices = runs.gpu[new]
         await conn.execute(
             _INSERT_NEW,
             (
@@ -154,7 +191,8 @@ async def record(conn: AsyncConnection[Any], node_id: int, gpu_ids: dict[int, in
                 [j.pod for j in sent],
                 [j.container for j in sent],
                 [j.workload for j in sent],
-                index_to_id[runs.gpu[new]].tolist(),
+                gpu_of[devices].tolist(),
+                [None] * len(sent) if mig_of is None else mig_of[devices].tolist(),
                 runs.first_us[new].tolist(),
                 runs.last_us[new].tolist(),
                 runs.next_us[new].tolist(),

@@ -23,6 +23,19 @@ class PortInfo:
 
 
 @dataclass(frozen=True)
+class MigInfo:
+    """A MIG device of GPU `gpu` (its index): a compute instance in a GPU instance."""
+
+    gpu: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    uuid: str
+    profile: str  # the GPU instance profile, "3g.40gb"
+    slices: int  # compute slices of this MIG device
+    gpu_slices: int  # compute slices of the whole GPU: slices / gpu_slices is the device's share
+
+
+@dataclass(frozen=True)
 class JobRef:
     job_id: str
     user: str | None
@@ -46,7 +59,7 @@ class EventIn:
 @dataclass(frozen=True)
 class Samples:
     ts: np.ndarray  # float64 seconds since the epoch
-    device: np.ndarray  # int: GPU index, or position in `ports`
+    device: np.ndarray  # int: GPU index, or position in `ports` (in `migs`)
     # column key -> float64 (NaN: not reported); integer columns int64 (columns.NULL_INT: not reported)
     values: dict[str, np.ndarray]
     up: np.ndarray | None = None  # bool, GPUs only
@@ -71,3 +84,5 @@ class Batch:
     jobs: tuple[JobRef, ...]
     ignored_fields: tuple[str, ...]  # metric keys this collector does not know (newer exporter)
     events: tuple[EventIn, ...] = ()
+    migs: tuple[MigInfo, ...] = ()
+    mig_samples: Samples | None = None  # None: the sender reports no MIG devices

@@ -96,6 +96,11 @@ PORT_COLUMNS: tuple[Column, ...] = (
     Column("phys_state", "int2", 0, 7),
 )
 
+# Per MIG device: its GPU instance's memory and activity, with the GPU columns' units and ranges.
+MIG_COLUMNS: tuple[Column, ...] = tuple(
+    c for c in GPU_COLUMNS if c.key in ("fb_used_bytes", "fb_total_bytes", "sm_active_pct", "tensor_active_pct")
+)
+
 # Metrics a heatmap or chart may show: a whitelist, since the name becomes an SQL identifier.
 GPU_METRIC_KEYS = frozenset(c.key for c in GPU_COLUMNS)
 PORT_METRICS = {c.key: c for c in PORT_COLUMNS}

@@ -11,7 +11,7 @@ from psycopg import AsyncConnection, sql
 
 log = logging.getLogger(__name__)
 
-TABLES = ("gpu_sample", "ib_port_sample")
+TABLES = ("gpu_sample", "ib_port_sample", "mig_sample")
 DAYS_AHEAD = 2
 # Taken in the transaction that creates partitions, so concurrent collectors do it one at a time.
 PARTITION_LOCK_KEY = 0x67707370617274  # "gpspart"

@@ -14,8 +14,8 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from gpuscope.collector.store import allocations, events, partitions, rollups
-from gpuscope.collector.store.batch import Batch, Samples
-from gpuscope.collector.store.columns import GPU_COLUMNS, NULL_INT, PORT_COLUMNS, Column
+from gpuscope.collector.store.batch import Batch, MigInfo, Samples
+from gpuscope.collector.store.columns import GPU_COLUMNS, MIG_COLUMNS, NULL_INT, PORT_COLUMNS, Column
 from gpuscope.collector.store.copy_binary import CopyColumn
 from gpuscope.collector.store.copy_binary import encode as encode_copy
 from gpuscope.collector.store.timescale import Layout
@@ -26,6 +26,7 @@ class StoreResult:
     duplicate: bool
     gpu_rows: int
     port_rows: int
+    mig_rows: int = 0
 
 
 class InventoryCache:
@@ -44,6 +45,7 @@ class InventoryCache:
         self.nodes: dict[tuple[str, str, str], int] = {}
         self.gpus: dict[tuple[int, int, str, str, str], int] = {}
         self.ports: dict[tuple[int, str, int], int] = {}
+        self.migs: dict[tuple[int, MigInfo], int] = {}  # (parent gpu_id, as sent) -> mig_id
         self.partition_days: set[int] = set()  # days (since the epoch) whose sample partitions exist
 
 
@@ -69,9 +71,13 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
             port_ids = await _port_ids(conn, node_id, batch, cache, new_entries)
             ids.append((node_id, gpu_ids, port_ids))
         fresh = await _mark_batches(conn, batches, [node_id for node_id, _, _ in ids])
-        gpu_parts, port_parts = [], []
+        gpu_parts, port_parts, mig_parts = [], [], []
+        mig_ids: list[list[int]] = []
         for batch, (_, gpu_ids, port_ids), is_fresh in zip(batches, ids, fresh, strict=True):
+            mig_ids.append(await _mig_ids(conn, gpu_ids, batch, cache, new_entries) if is_fresh else [])
             if is_fresh:
+                if batch.mig_samples is not None:
+                    mig_parts.append((batch.mig_samples, np.array(mig_ids[-1], dtype=np.int64)))
                 gpu_index_to_id = np.zeros(max(gpu_ids, default=0) + 1, dtype=np.int64)
                 for index, gpu_id in gpu_ids.items():
                     gpu_index_to_id[index] = gpu_id
@@ -81,9 +87,11 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
         if cache.plain_layout:
             await rollups.mark_dirty(conn, np.concatenate([samples.ts for samples, _ in gpu_parts] or [np.empty(0)]))
         await _copy(conn, "ib_port_sample", "port_id", PORT_COLUMNS, port_parts)
-        for batch, (node_id, gpu_ids, _), is_fresh in zip(batches, ids, fresh, strict=True):
+        await _copy(conn, "mig_sample", "mig_id", MIG_COLUMNS, mig_parts)
+        for batch, (node_id, gpu_ids, _), migs, is_fresh in zip(batches, ids, mig_ids, fresh, strict=True):
             if is_fresh:
                 await allocations.record(conn, node_id, gpu_ids, batch)
+                await allocations.record_mig(conn, node_id, gpu_ids, migs, batch)
                 await events.record(conn, node_id, gpu_ids, batch)
         await _mark_seen(conn, [node_id for node_id, _, _ in ids])
     for table, key, value in new_entries:
@@ -91,7 +99,12 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
             table.clear()  # ids are found again on a miss: only the upsert is repeated
         table[key] = value
     return [
-        StoreResult(duplicate=False, gpu_rows=len(b.gpu_samples), port_rows=len(b.port_samples))
+        StoreResult(
+            duplicate=False,
+            gpu_rows=len(b.gpu_samples),
+            port_rows=len(b.port_samples),
+            mig_rows=len(b.mig_samples) if b.mig_samples is not None else 0,
+        )
         if is_fresh
         else StoreResult(duplicate=True, gpu_rows=0, port_rows=0)
         for b, is_fresh in zip(batches, fresh, strict=True)
@@ -144,6 +157,7 @@ async def _ensure_partitions(pool: AsyncConnectionPool, batches: list[Batch], ca
     transaction of its own (DDL would hold the batch's locks longer than it should)."""
     blocks = [b.gpu_samples.ts for b in batches if len(b.gpu_samples)]
     blocks += [b.port_samples.ts for b in batches if len(b.port_samples)]
+    blocks += [b.mig_samples.ts for b in batches if b.mig_samples is not None and len(b.mig_samples)]
     if not blocks:
         return
     first = int(min(block.min() for block in blocks) // 86400)
@@ -228,6 +242,39 @@ async def _port_ids(
     else:
         found = {}
     return [cache.ports.get(k) or found[k] for k in keys]
+
+
+async def _mig_ids(
+    conn: AsyncConnection[Any], gpu_ids: dict[int, int], batch: Batch, cache: InventoryCache, new: PendingEntries
+) -> list[int]:
+    """MIG device ids in the batch's `migs` order (its rows refer to them by position)."""
+    keys = [(gpu_ids[m.gpu], m) for m in batch.migs]
+    missing = [k for k in keys if k not in cache.migs]
+    found: dict[tuple[int, MigInfo], int] = {}
+    if missing:
+        cur = await conn.execute(
+            "INSERT INTO mig_device (gpu_id, gpu_instance_id, compute_instance_id, uuid, profile, slices, gpu_slices)"
+            " SELECT * FROM unnest(%s::int[], %s::smallint[], %s::smallint[], %s::text[], %s::text[],"
+            "  %s::smallint[], %s::smallint[])"
+            " ON CONFLICT (gpu_id, uuid) DO UPDATE SET gpu_instance_id = EXCLUDED.gpu_instance_id,"
+            "  compute_instance_id = EXCLUDED.compute_instance_id, profile = EXCLUDED.profile,"
+            "  slices = EXCLUDED.slices, gpu_slices = EXCLUDED.gpu_slices"
+            " RETURNING gpu_id, uuid, mig_id",
+            (
+                [gpu_id for gpu_id, _ in missing],
+                [m.gpu_instance_id for _, m in missing],
+                [m.compute_instance_id for _, m in missing],
+                [m.uuid for _, m in missing],
+                [m.profile for _, m in missing],
+                [m.slices for _, m in missing],
+                [m.gpu_slices for _, m in missing],
+            ),
+        )
+        returned = {(gpu_id, uuid_): mig_id for gpu_id, uuid_, mig_id in await cur.fetchall()}
+        for gpu_id, mig in missing:
+            found[(gpu_id, mig)] = returned[(gpu_id, mig.uuid)]
+            new.append((cache.migs, (gpu_id, mig), found[(gpu_id, mig)]))
+    return [cache.migs.get(k) or found[k] for k in keys]
 
 
 async def _copy(

@@ -559,6 +559,7 @@ def test_the_documented_example_is_accepted_verbatim(dsn: str) -> None:
             "duplicate": False,
             "gpu_rows": len(doc["gpu_samples"]["ts"]),
             "port_rows": len(doc["port_samples"]["ts"]),
+            "mig_rows": 0,
             "ignored_fields": [],
         }
     assert count_rows(dsn, "event") == len(doc["events"])

@@ -38,7 +38,7 @@ def make_batch(seconds: int = 5, seq: int = 1, exporter_id: str | None = None) -
 def test_valid_batch_is_stored_whole(collector: RunningCollector) -> None:
     response = post(collector, make_batch(seconds=5))
     assert response.status_code == 200, response.text
-    assert response.json() == {"duplicate": False, "gpu_rows": 40, "port_rows": 40, "ignored_fields": []}
+    assert response.json() == {"duplicate": False, "gpu_rows": 40, "port_rows": 40, "mig_rows": 0, "ignored_fields": []}
     assert stored(collector) == {
         "node": 1,
         "gpu": 8,

@@ -24,7 +24,7 @@ Mode = Literal["auto", "on", "off"]
 Layout = Literal["plain", "timescaledb"]
 LAYOUT_VERSION = 1_000_000  # recorded in schema_migration, apart from the numbered migrations
 LAYOUT_NAME = "timescale/layout.sql"
-RAW_TABLES = ("gpu_sample", "ib_port_sample")
+RAW_TABLES = ("gpu_sample", "ib_port_sample", "mig_sample")
 MINUTE_AGGREGATES = ("gpu_rollup_1m",)
 HOUR_AGGREGATES = ("gpu_rollup_1h",)
 

@@ -15,8 +15,8 @@ DECLARE
     tbl text;
     device text;
 BEGIN
-    FOREACH tbl IN ARRAY ARRAY['gpu_sample', 'ib_port_sample'] LOOP
-        device := CASE tbl WHEN 'gpu_sample' THEN 'gpu_id' ELSE 'port_id' END;
+    FOREACH tbl IN ARRAY ARRAY['gpu_sample', 'ib_port_sample', 'mig_sample'] LOOP
+        device := CASE tbl WHEN 'gpu_sample' THEN 'gpu_id' WHEN 'mig_sample' THEN 'mig_id' ELSE 'port_id' END;
         EXECUTE format('ALTER TABLE %I RENAME TO %I', tbl, tbl || '_partitioned');
         EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS)', tbl, tbl || '_partitioned');
         PERFORM create_hypertable(tbl::regclass, by_range('ts', INTERVAL '1 hour'));
