@@ -118,14 +118,17 @@ JOIN public.node n USING (node_id)
 LEFT JOIN public.gpu g ON g.gpu_id = e.gpu_id;
 
 -- GPU-to-job allocations; running = not ended. On Kubernetes also the namespace, pod and container that held
--- the GPU and the workload that makes its pods one job (NULL for batch-scheduler jobs).
+-- the GPU and the workload that makes its pods one job (NULL for batch-scheduler jobs). A MIG device held:
+-- its UUID, GPU instance and profile, beside its parent GPU (NULL: the whole GPU).
 CREATE VIEW alerting.job_gpus AS
 SELECT a.job_id, a.username AS "user", n.cluster, n.rack, n.name AS node, g.gpu_index AS gpu, g.uuid,
        a.gpu_id, a.node_id, a.started_at, a.last_seen, a.ended_at, a.ended_at IS NULL AS running,
-       a.namespace, a.pod, a.container, a.workload
+       a.namespace, a.pod, a.container, a.workload,
+       m.uuid AS mig_uuid, m.gpu_instance_id, m.profile AS mig_profile
 FROM public.job_allocation a
 JOIN public.node n USING (node_id)
-JOIN public.gpu g ON g.gpu_id = a.gpu_id;
+JOIN public.gpu g ON g.gpu_id = a.gpu_id
+LEFT JOIN public.mig_device m ON m.mig_id = a.mig_id;
 
 -- Stragglers found by the detector; gpu is NULL when the culprit is a node or its NIC.
 CREATE VIEW alerting.stragglers AS

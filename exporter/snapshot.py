@@ -49,7 +49,14 @@ class MigReading:
     compute_instance_id: int
     profile: str  # the GPU instance profile, e.g. "1g.10gb"
     uuid: str  # the MIG device's own UUID ("MIG-..."), what CUDA_VISIBLE_DEVICES names
+    slices: int  # compute slices of this MIG device (3 for 3g.40gb, 1 for a 1c.3g.40gb compute instance)
+    gpu_slices: int  # compute slices of the whole GPU (7 on A100 and H100, 4 on A30)
     values: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def instance_slices(self) -> int:
+        """Slices of its GPU instance, from the profile's name ("3g.40gb": 3)."""
+        return int(self.profile.split("g.", 1)[0])
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import numpy as np
 
 from gpuscope.exporter.catalog import keys_for
 from gpuscope.exporter.events import Event
-from gpuscope.exporter.snapshot import JobInfo, Snapshot
+from gpuscope.exporter.snapshot import GpuReading, JobInfo, Snapshot
 
 FORMAT = "gpuscope-samples"
 VERSION = 1
@@ -30,6 +30,10 @@ class Origin:
     exporter_id: str  # random per exporter process; (exporter_id, seq) names a batch for de-duplication
 
 
+# The MIG keys the ingest format takes (docs/ingest-format.md), from the "mig" catalog keys of the same name.
+MIG_KEYS = ("fb_used_bytes", "fb_total_bytes", "sm_active_pct", "tensor_active_pct")
+
+
 @dataclass
 class _Columns:
     """One pass over the snapshots: metadata and the sample columns as lists (None: not reported)."""
@@ -41,6 +45,10 @@ class _Columns:
     gpu_values: dict[str, list[float | None]] = field(default_factory=lambda: {k: [] for k in keys_for("gpu")})
     port_cols: dict[str, list[object]] = field(default_factory=lambda: {"ts": [], "port": []})
     port_values: dict[str, list[float | None]] = field(default_factory=lambda: {k: [] for k in keys_for("ib")})
+    # MIG devices: (GPU index, MIG UUID) -> (position in "migs", its entry); rows travel as JSON in both versions.
+    migs: dict[tuple[int, str], tuple[int, dict[str, object]]] = field(default_factory=dict)
+    mig_cols: dict[str, list[object]] = field(default_factory=lambda: {"ts": [], "mig": []})
+    mig_values: dict[str, list[float | None]] = field(default_factory=lambda: {k: [] for k in MIG_KEYS})
 
 
 def _collect(snapshots: Sequence[Snapshot]) -> _Columns:
@@ -48,6 +56,8 @@ def _collect(snapshots: Sequence[Snapshot]) -> _Columns:
     if any(snap.jobs is not None for snap in snapshots):
         out.jobs = {}
         out.gpu_cols["job"] = []
+    if out.jobs is not None and any(snap.mig_jobs is not None for snap in snapshots):
+        out.mig_cols["job"] = []
     for snap in snapshots:
         for reading in snap.gpus:
             gpu = reading.gpu
@@ -58,11 +68,14 @@ def _collect(snapshots: Sequence[Snapshot]) -> _Columns:
             out.gpu_cols["gpu"].append(gpu.index)
             out.gpu_cols["up"].append(reading.up)
             if out.jobs is not None:
-                job = (snap.jobs or {}).get(gpu.index)
-                ref = None if job is None else out.jobs.setdefault(job, len(out.jobs))
-                out.gpu_cols["job"].append(ref)
+                # A GPU whose MIG devices carry the jobs has none of its own: its work would count twice.
+                by_instance = bool(reading.mig) and "job" in out.mig_cols
+                job = None if by_instance else (snap.jobs or {}).get(gpu.index)
+                out.gpu_cols["job"].append(_job_ref(out.jobs, job))
             for key, column in out.gpu_values.items():
                 column.append(reading.values.get(key))
+            if reading.mig:
+                _collect_mig(out, snap, reading)
         for port_reading in snap.ports:
             position = out.ports.setdefault((port_reading.port.device, port_reading.port.port), len(out.ports))
             out.port_cols["ts"].append(snap.ts)
@@ -72,7 +85,41 @@ def _collect(snapshots: Sequence[Snapshot]) -> _Columns:
     # A metric no device reported in this batch is left out rather than sent as all nulls.
     out.gpu_values = _drop_empty(out.gpu_values)
     out.port_values = _drop_empty(out.port_values)
+    out.mig_values = _drop_empty(out.mig_values)
     return out
+
+
+def _collect_mig(out: _Columns, snap: Snapshot, reading: GpuReading) -> None:
+    index = reading.gpu.index
+    for mig in reading.mig:
+        entry = {
+            "gpu": index,
+            "gpu_instance_id": mig.gpu_instance_id,
+            "compute_instance_id": mig.compute_instance_id,
+            "uuid": mig.uuid,
+            "profile": mig.profile,
+            "slices": mig.slices,
+            "gpu_slices": mig.gpu_slices,
+        }
+        position, _ = out.migs.setdefault((index, mig.uuid), (len(out.migs), entry))
+        out.mig_cols["ts"].append(snap.ts)
+        out.mig_cols["mig"].append(position)
+        if "job" in out.mig_cols and out.jobs is not None:
+            out.mig_cols["job"].append(_job_ref(out.jobs, (snap.mig_jobs or {}).get(mig.uuid)))
+        for key, column in out.mig_values.items():
+            column.append(mig.values.get(f"mig_{key}"))
+
+
+def _job_ref(jobs: dict[JobInfo, int], job: JobInfo | None) -> int | None:
+    return None if job is None else jobs.setdefault(job, len(jobs))
+
+
+def _mig_members(cols: _Columns) -> dict[str, object]:
+    """The optional "migs" and "mig_samples" members: left out on a node with no GPU in MIG mode."""
+    if not cols.migs:
+        return {}
+    migs = [entry for _, entry in cols.migs.values()]
+    return {"migs": migs, "mig_samples": {**cols.mig_cols, "values": cols.mig_values}}
 
 
 def _header(origin: Origin, seq: int, version: int, cols: _Columns, events: Sequence[Event]) -> dict[str, object]:
@@ -86,6 +133,7 @@ def _header(origin: Origin, seq: int, version: int, cols: _Columns, events: Sequ
         "ports": [{"device": device, "port": port} for (device, port) in cols.ports],
         **({"jobs": [_job(job) for job in cols.jobs]} if cols.jobs is not None else {}),
         **({"events": [_event(e) for e in events]} if events else {}),
+        **_mig_members(cols),
     }
 
 

@@ -75,7 +75,9 @@ class StragglerWatch:
             "SELECT a.job_id, array_agg(a.gpu_id ORDER BY n.cluster, n.name, g.gpu_index),"
             "       array_agg(a.node_id ORDER BY n.cluster, n.name, g.gpu_index), min(a.started_at)"
             " FROM job_allocation a JOIN gpu g USING (gpu_id) JOIN node n ON n.node_id = a.node_id"
-            " WHERE a.ended_at IS NULL GROUP BY a.job_id"
+            # Whole GPUs only: MIG slices of different sizes are not peers, and their board-wide power and
+            # clocks are shared with other jobs' slices.
+            " WHERE a.ended_at IS NULL AND a.mig_id IS NULL GROUP BY a.job_id"
         )
         running = {job_id: (gpus, nodes, started) for job_id, gpus, nodes, started in await cur.fetchall()}
         cur = await conn.execute(

@@ -35,23 +35,36 @@ class JobOut(BaseModel):
     ended_at: datetime | None
     last_seen: datetime
     nodes: list[str]
-    gpus: int
-    gpu_hours: float
+    gpus: int  # GPUs it held, whole or in part (a MIG device counts its parent GPU)
+    gpu_hours: float  # a MIG device counts for its share of the GPU's slices (1g of 7: 1/7 per hour)
     usage: UsageOut
     # Kubernetes: the namespace, the workload that makes the pods one job ("JobSet/train-7"), the pods; null
     # for batch-scheduler jobs
     namespace: str | None = None
     workload: str | None = None
     pods: list[str] | None = None
+    mig_devices: int = 0  # MIG devices it held (0: whole GPUs only)
+
+
+class MigOut(BaseModel):
+    """A MIG device of the GPU: a compute instance in a GPU instance."""
+
+    uuid: str  # "MIG-...", as CUDA_VISIBLE_DEVICES and the device plugins name it
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str  # the GPU instance profile, "3g.40gb"
+    slices: int  # compute slices it has, of the GPU's gpu_slices
+    gpu_slices: int
 
 
 class JobGpuOut(BaseModel):
     gpu: GpuOut
     started_at: datetime
     ended_at: datetime | None
-    usage: UsageOut
+    usage: UsageOut  # a MIG device: its GPU instance's SM and tensor activity (no utilisation or power of its own)
     pod: str | None = None  # Kubernetes: the pod and container that held the GPU
     container: str | None = None
+    mig: MigOut | None = None  # the MIG device held; null: the whole GPU
 
 
 class JobDetailOut(BaseModel):
@@ -104,6 +117,7 @@ def _job_out(job: query.JobRow) -> JobOut:
         namespace=job.namespace,
         workload=job.workload,
         pods=job.pods,
+        mig_devices=job.mig_devices,
     )
 
 
@@ -143,6 +157,7 @@ def get_job(pool: ReadPoolDep, job_id: str) -> JobDetailOut:
                 usage=UsageOut(**vars(g.usage)),
                 pod=g.pod,
                 container=g.container,
+                mig=MigOut(**vars(g.mig)) if g.mig is not None else None,
             )
             for g in gpus
         ],

@@ -280,7 +280,6 @@ MAX_SLICES = 32
 
 def _migs(items: Any, gpu_indexes: set[int]) -> tuple[MigInfo, ...]:
     migs = []
-    places: set[tuple[int, int, int]] = set()
     uuids: set[str] = set()
     for loc, item in _objects(items, "migs", MAX_DEVICES):
         gpu = require(item, "gpu", int, loc)
@@ -292,10 +291,6 @@ def _migs(items: Any, gpu_indexes: set[int]) -> tuple[MigInfo, ...]:
             if not 0 <= value <= MAX_INSTANCE_ID:
                 raise IngestError(422, (*loc, key), f"must be between 0 and {MAX_INSTANCE_ID}")
             ids.append(value)
-        place = (gpu, ids[0], ids[1])
-        if place in places:
-            raise IngestError(422, (*loc, "compute_instance_id"), f"MIG device {place} listed twice")
-        places.add(place)
         uuid_ = name(item, "uuid", loc)
         if uuid_ in uuids:
             raise IngestError(422, (*loc, "uuid"), f"MIG device {uuid_} listed twice")

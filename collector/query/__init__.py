@@ -13,7 +13,7 @@ from gpuscope.collector.query.inventory import (
     select_gpus,
     select_ports,
 )
-from gpuscope.collector.query.jobs import JobGpu, JobRow, JobState, Usage, job, job_gpus, jobs
+from gpuscope.collector.query.jobs import JobGpu, JobRow, JobState, MigRow, Usage, job, job_gpus, jobs
 from gpuscope.collector.query.nic import NicSeries, nic_series
 from gpuscope.collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
 from gpuscope.collector.query.stragglers import StragglerRow, stragglers
@@ -27,6 +27,7 @@ __all__ = [
     "JobGpu",
     "JobRow",
     "JobState",
+    "MigRow",
     "NicSeries",
     "PortRow",
     "RackPower",

@@ -20,7 +20,7 @@ from gpuscope.exporter.sources.errors import GroupGuard, LogOnce
 from gpuscope.exporter.sources.nvml_fields import Fields, text
 from gpuscope.exporter.sources.nvml_gpm import GpmPair, metrics_request
 from gpuscope.exporter.sources.nvml_memory import MemoryReader
-from gpuscope.exporter.sources.nvml_mig import MigLayout
+from gpuscope.exporter.sources.nvml_mig import MigLayout, activity_from_instances
 from gpuscope.exporter.sources.nvml_nvlink import NvlinkErrors, NvlinkThroughput
 from gpuscope.exporter.sources.nvml_pcie import PcieCounters, PcieThroughputThread
 
@@ -138,6 +138,8 @@ class NvmlDevice:
             values.update(self._pcie_thread.latest(self.index))
         if mig and "fb_used_bytes" not in values:
             _memory_from_instances(mig, values)
+        if mig:
+            activity_from_instances(mig, values)
         values.update(self._slow_values)
         for link, link_values in self._slow_links.items():
             links[link].update(link_values)

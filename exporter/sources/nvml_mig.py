@@ -29,7 +29,7 @@ GIB = 2**30
 MIB = 2**20
 # A MIG device's name ends with its profile: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", or with the compute
 # instance's share first ("... MIG 1c.3g.40gb") when the GPU instance is split further.
-PROFILE_IN_NAME = re.compile(r"MIG (?:\d+c\.)?(\d+g\.\d+gb\S*)$")
+PROFILE_IN_NAME = re.compile(r"MIG (?:(\d+)c\.)?((\d+)g\.\d+gb\S*)$")
 
 
 @dataclass
@@ -39,6 +39,7 @@ class MigDevice:
     compute_instance_id: int
     uuid: str
     profile: str
+    slices: int  # compute slices: the compute instance's own, else its GPU instance's
     guard: GroupGuard
     gpm: GpmPair | None  # on the first compute instance of each GPU instance: activity is per GPU instance
     reports_instance: bool  # the first compute instance of its GPU instance reports the instance's figures
@@ -63,12 +64,15 @@ class MigLayout:
         self._memory = memory
         self._gpm_request = gpm_request  # None: the GPU has no GPM
         self.devices: list[MigDevice] = []
+        # The most MIG devices the GPU can hold: one per compute slice (7 on A100 and H100, 4 on A30).
+        self.gpu_slices = 0
 
     def discover(self, gpu_memory_bytes: float | None) -> None:
         """Look for the GPU's MIG devices; rebuilt only when they changed."""
         nvml = self._nvml
         handles = []
-        for index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(self._handle)):
+        self.gpu_slices = int(nvml.nvmlDeviceGetMaxMigDeviceCount(self._handle))
+        for index in range(self.gpu_slices):
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(self._handle, index)
             except nvml.NVMLError_NotFound:
@@ -97,7 +101,15 @@ class MigLayout:
                 if device.gpm is not None:
                     device.guard.run("gpm", self._read_gpm, device, values)
             readings.append(
-                MigReading(device.gpu_instance_id, device.compute_instance_id, device.profile, device.uuid, values)
+                MigReading(
+                    device.gpu_instance_id,
+                    device.compute_instance_id,
+                    device.profile,
+                    device.uuid,
+                    device.slices,
+                    max(self.gpu_slices, device.slices),
+                    values,
+                )
             )
         return tuple(readings)
 
@@ -127,12 +139,15 @@ class MigLayout:
         nvml = self._nvml
         gpu_instance = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
         compute_instance = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
-        profile = _profile_from_name(text(nvml.nvmlDeviceGetName(mig)))
-        if profile is None:
+        named = _profile_from_name(text(nvml.nvmlDeviceGetName(mig)))
+        if named is None:
             attributes = nvml.nvmlDeviceGetAttributes(mig)
             profile = profile_from_attributes(
                 int(attributes.gpuInstanceSliceCount), int(attributes.memorySizeMB), gpu_memory_bytes
             )
+            slices = int(attributes.computeInstanceSliceCount)
+        else:
+            profile, slices = named
         label = f"{self._label} MIG {gpu_instance}/{compute_instance}"
         guard = GroupGuard(
             label,
@@ -141,7 +156,7 @@ class MigLayout:
             is_unsupported=lambda exc: isinstance(exc, (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission)),
             passthrough=(nvml.NVMLError_GpuIsLost,),
         )
-        return MigDevice(mig, gpu_instance, compute_instance, uuid, profile, guard, None, True)
+        return MigDevice(mig, gpu_instance, compute_instance, uuid, profile, slices, guard, None, True)
 
     def _gpm_pair(self, gpu_instance: int) -> GpmPair | None:
         nvml = self._nvml
@@ -160,9 +175,23 @@ class MigLayout:
             values[f"mig_{key}"] = value
 
 
-def _profile_from_name(name: str) -> str | None:
+def _profile_from_name(name: str) -> tuple[str, int] | None:
+    """The GPU instance profile and the device's compute slices ("... MIG 1c.3g.40gb": ("3g.40gb", 1))."""
     match = PROFILE_IN_NAME.search(name)
-    return match.group(1) if match else None
+    if match is None:
+        return None
+    return match.group(2), int(match.group(1) or match.group(3))
+
+
+def activity_from_instances(mig: tuple[MigReading, ...], values: dict[str, float]) -> None:
+    """A GPU in MIG mode reports no activity of its own: its SM and tensor activity are then its GPU
+    instances', each weighted by its share of the GPU's slices (slices in no instance count as idle), so
+    the GPU's figure means what it means outside MIG mode: the fraction of the whole GPU at work."""
+    for key in ("sm_active_pct", "tensor_active_pct"):
+        reported = [(m.values[f"mig_{key}"], m.instance_slices, m.gpu_slices) for m in mig if f"mig_{key}" in m.values]
+        if reported and key not in values:
+            gpu_slices = max(total for _, _, total in reported)
+            values[key] = min(100.0, sum(value * slices for value, slices, _ in reported) / gpu_slices)
 
 
 def profile_from_attributes(gpu_slices: int, memory_mib: int, gpu_memory_bytes: float | None) -> str:

@@ -236,7 +236,6 @@ def duplicate_row(body: dict[str, Any]) -> None:
 PREFIX = "prefix"  # the doc names the rule's member but not which of a pair or triple: check the start of loc
 BROKEN = [
     ("gpu not listed", change(["migs", 1, "gpu"], 5), ["migs", 1, "gpu"]),
-    ("same gpu, gi, ci twice", change(["migs", 1, "gpu_instance_id"], 1), (PREFIX, ["migs", 1])),
     ("same uuid twice", change(["migs", 1, "uuid"], UUID0), ["migs", 1, "uuid"]),
     ("gpu_instance_id 256", change(["migs", 0, "gpu_instance_id"], 256), ["migs", 0, "gpu_instance_id"]),
     ("compute_instance_id -1", change(["migs", 0, "compute_instance_id"], -1), ["migs", 0, "compute_instance_id"]),
@@ -277,6 +276,18 @@ def test_broken_mig_rule_is_refused_naming_it_and_nothing_is_stored(
     assert stored(collector) == NOTHING
     for table in ("mig_device", "mig_sample", "job_allocation"):
         assert count_rows(collector.dsn, table) == 0, table
+
+
+@VERSIONS
+def test_a_mig_device_made_again_in_one_batch_is_a_device_of_its_own(collector: RunningCollector, version: int) -> None:
+    """Destroyed and created again at the same place during a batch: same instance ids, a new UUID."""
+    body = batch()
+    body["migs"][1]["gpu_instance_id"] = body["migs"][0]["gpu_instance_id"]
+    response = send(collector, body, version)
+    assert response.status_code == 200, response.text
+    with psycopg.connect(collector.dsn) as conn:
+        rows = conn.execute("SELECT gpu_instance_id, uuid FROM mig_device ORDER BY uuid").fetchall()
+    assert len(rows) == 2 and rows[0][0] == rows[1][0] and rows[0][1] != rows[1][1]
 
 
 # 3. Unknown MIG value keys: ignored, listed, and the batch stored.
