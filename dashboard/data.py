@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -130,6 +130,7 @@ class JobData:
     job: query.JobRow | None
     grid: Grid
     stragglers: list[query.StragglerRow]
+    mig: list[query.JobGpu] = field(default_factory=list)  # the MIG devices it held, with their own usage
 
 
 def load_job(pool: ConnectionPool[Any], job_id: str, metric: str, range_key: str) -> JobData:
@@ -143,7 +144,8 @@ def load_job(pool: ConnectionPool[Any], job_id: str, metric: str, range_key: str
         gpu_ids = query.select_gpus(conn, job=job_id)
         heatmap = query.heatmap(conn, metric, window, bucket, gpu_ids)
         stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
-    return JobData(job, to_grid(heatmap, "gpu"), stragglers)
+        mig = [held for held in query.job_gpus(conn, job_id) if held.mig is not None] if job.mig_devices else []
+    return JobData(job, to_grid(heatmap, "gpu"), stragglers, mig)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ def layout(ctx: Context, search: str, job_id: str = "", **_: str) -> html.Div:
             html.H2(f"Job {job_id}", id="job-title"),
             dcc.Store(id="job-id", data=job_id),
             html.Div(id="job-summary", className="output"),
+            html.Div(id="job-mig", className="output"),
             dcc.Dropdown(
                 id="job-metric",
                 options=[{"label": METRICS[m], "value": m} for m in JOB_METRICS],
@@ -48,10 +49,11 @@ def layout(ctx: Context, search: str, job_id: str = "", **_: str) -> html.Div:
 
 def register(app: Dash, ctx: Context) -> None:
     def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), message_figure(message), nothing()
+        return banner(message, "error"), nothing(), message_figure(message), nothing()
 
     @app.callback(
         Output("job-summary", "children"),
+        Output("job-mig", "children"),
         Output("job-heatmap", "figure"),
         Output("job-stragglers", "children"),
         Input("refresh", "n_intervals"),
@@ -63,14 +65,17 @@ def register(app: Dash, ctx: Context) -> None:
         loaded = data.load_job(ctx.pool, job_id, metric, "6h")
         if loaded.job is None:
             message = f"No job {job_id!r} in the store."
-            return banner(message, "empty"), message_figure(message), nothing()
+            return banner(message, "empty"), nothing(), message_figure(message), nothing()
         job = loaded.job
         owner = f"user {job.user or '-'}"
         if job.namespace:  # Kubernetes: whose pods these are
             pods = ", ".join(job.pods or [])
             owner = f"namespace {job.namespace} · {job.workload or '-'} · pods {pods or '-'}"
+        held = _count(job.gpus, "GPU")
+        if job.mig_devices:  # slices of GPUs, not the GPUs
+            held = f"{_count(job.mig_devices, 'MIG device')} of {_count(job.gpus, 'GPU')}"
         summary = (
-            f"{owner} · {job.gpus} GPUs on {len(job.nodes)} nodes · "
+            f"{owner} · {held} on {_count(len(job.nodes), 'node')} · "
             f"{'running since' if job.running else 'ran from'} {job.started_at:%Y-%m-%d %H:%M} UTC"
             f"{'' if job.running else f' to {job.ended_at:%H:%M}'} · {job.gpu_hours:.1f} GPU-hours"
         )
@@ -83,7 +88,45 @@ def register(app: Dash, ctx: Context) -> None:
                         Mark(index, f"straggler: {straggler.cause}, ~{straggler.slowdown:.0%} slower ({state})")
                     )
         figure = heatmap_figure(loaded.grid, revision=f"job-{job_id}-{metric}", marks=marks)
-        return html.P(summary), figure, _stragglers(loaded.stragglers)
+        return html.P(summary), _mig_devices(loaded.mig), figure, _stragglers(loaded.stragglers)
+
+
+def _mig_devices(held: list[Any]) -> Any:
+    """A job on MIG slices: each slice with its own activity (the heatmap below is of whole GPUs, which
+    the slices share with other jobs)."""
+    if not held:
+        return nothing()
+    rows = [
+        [
+            h.gpu.node,
+            h.gpu.gpu_index,
+            f"{h.mig.gpu_instance_id}/{h.mig.compute_instance_id}",
+            h.mig.profile,
+            f"{h.mig.slices}/{h.mig.gpu_slices}",
+            h.pod or "-",
+            _percent(h.usage.mean_sm_active_pct),
+            _percent(h.usage.mean_tensor_active_pct),
+            f"{h.started_at:%Y-%m-%d %H:%M}",
+            "running" if h.ended_at is None else f"{h.ended_at:%Y-%m-%d %H:%M}",
+        ]
+        for h in held
+    ]
+    header = ["node", "GPU", "instance (GI/CI)", "profile", "share of GPU", "pod", "SM active", "tensor active"]
+    return html.Div(
+        [
+            html.H3("MIG devices"),
+            html.P("Each slice's own activity; the heatmap shows the whole GPUs, shared with other slices' jobs."),
+            table([*header, "from", "until"], rows, id="job-mig-table"),
+        ]
+    )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
 
 
 def _stragglers(found: list[Any]) -> Any:

@@ -1,6 +1,7 @@
 """Kubernetes jobs in the dashboard, in real headless Chromium: a JobSet's pods on two nodes, sent as the
 exporter sends Kubernetes attribution, are one job on /jobs with its namespace and workload, and its page
-names the pods; a Slurm job beside it keeps its user."""
+names the pods; a Slurm job beside it keeps its user; a pod on a MIG slice is a job whose page lists the
+slice with its own activity."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from gpuscope.bench.browser import console_errors, open_page, screenshot, wait_until
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.dashboard_process import DashboardSettings
-from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, Snapshot
+from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, MigReading, Snapshot
 from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
 from tests.collector.helpers import post
 from tests.conftest import new_database, require_tool
@@ -24,6 +25,7 @@ from tests.dashboard.helpers import running_dashboard
 from tests.processes import running_collector
 
 JOB = "research/llama"
+MIG_JOB = "serve/infer-a"
 
 
 def _job_on(node: int) -> JobInfo:
@@ -54,6 +56,7 @@ def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
             ]
             response = post(collector, encode_binary(origin, 1, snapshots), **{"Content-Type": BINARY_CONTENT_TYPE})
             assert response.status_code == 200, response.text
+        _post_mig_node(collector, now)
         settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", refresh_ms=60_000)
         yield stack.enter_context(running_dashboard(settings))
 
@@ -79,4 +82,44 @@ def test_a_jobset_is_one_job_with_its_namespace_and_workload(dashboard: str, bro
     )
     assert "namespace research · JobSet/llama · pods llama-workers-0-0, llama-workers-0-1" in summary
     assert "4 GPUs on 2 nodes" in summary
+    assert console_errors(browser) == []
+
+
+def _post_mig_node(collector: Any, now: float) -> None:
+    """node-mig: one GPU split 3g + 1g; a pod holds the 1g slice, nothing holds the 3g."""
+    gpu = GpuIdentity(0, f"GPU-{uuid.uuid4()}", "H100", "00:00")
+    migs = (
+        MigReading(1, 0, "3g.40gb", "MIG-big", 3, 7, {"mig_sm_active_pct": 80.0}),
+        MigReading(2, 0, "1g.10gb", "MIG-small", 1, 7, {"mig_sm_active_pct": 30.0, "mig_tensor_active_pct": 12.0}),
+    )
+    job = JobInfo(MIG_JOB, None, "serve", "infer-a", "server")
+    snapshots = [
+        Snapshot(
+            ts=now - 300 + 10 * t,
+            gpus=(GpuReading(gpu, True, {"sm_active_pct": 38.6}, mig=migs),),
+            ports=(),
+            jobs={},
+            mig_jobs={"MIG-small": job},
+        )
+        for t in range(30)
+    ]
+    origin = Origin("c", "r1", "node-mig", "nvml", str(uuid.uuid4()))
+    response = post(collector, encode_binary(origin, 1, snapshots), **{"Content-Type": BINARY_CONTENT_TYPE})
+    assert response.status_code == 200, response.text
+
+
+def test_a_job_on_a_mig_slice_lists_the_slice_with_its_own_activity(dashboard: str, browser: Any) -> None:
+    open_page(browser, f"{dashboard}/jobs/{quote(MIG_JOB, safe='')}")
+    summary = wait_until(
+        browser, lambda: browser.find_element("id", "job-summary").text or None, 10, "the job's summary"
+    )
+    assert "1 MIG device of 1 GPU on 1 node" in summary
+    table = wait_until(browser, lambda: browser.find_element("id", "job-mig-table"), 10, "the MIG devices table")
+    [row] = [
+        [c.text for c in cells]
+        for cells in (row.find_elements("css selector", "td") for row in table.find_elements("css selector", "tr"))
+        if cells
+    ]
+    assert row[:8] == ["node-mig", "0", "2/0", "1g.10gb", "1/7", "infer-a", "30%", "12%"]
+    screenshot(browser, "job-mig")
     assert console_errors(browser) == []
