@@ -154,15 +154,45 @@ def test_layout_objects_and_policies(timescale_dsn: str) -> None:
             "SELECT proc_name, hypertable_name, config->>'start_offset' FROM timescaledb_information.jobs"
             " WHERE proc_name <> 'policy_job_stat_history_retention' ORDER BY 2, 1"
         ).fetchall()
-    assert hypertables == [("gpu_sample", True), ("ib_port_sample", True)]
-    assert segmentby == [("gpu_sample", "gpu_id"), ("ib_port_sample", "port_id")]
+    assert_layout(hypertables, segmentby, jobs)
     assert aggregates == [("gpu_rollup_1h", False), ("gpu_rollup_1m", False)], "real-time aggregation on"
+
+
+def assert_layout(hypertables: list[Any], segmentby: list[Any], jobs: list[Any]) -> None:
+    assert hypertables == [("gpu_sample", True), ("ib_port_sample", True), ("mig_sample", True)]
+    assert segmentby == [("gpu_sample", "gpu_id"), ("ib_port_sample", "port_id"), ("mig_sample", "mig_id")]
     assert jobs == [
         ("policy_refresh_continuous_aggregate", "gpu_rollup_1h", "12:00:00"),
         ("policy_refresh_continuous_aggregate", "gpu_rollup_1m", "06:00:00"),
         ("policy_compression", "gpu_sample", None),
         ("policy_compression", "ib_port_sample", None),
+        ("policy_compression", "mig_sample", None),
     ]
+
+
+def layout_of(dsn: str) -> tuple[list[Any], list[Any], list[Any]]:
+    with psycopg.connect(dsn) as conn:
+        hypertables = conn.execute(
+            "SELECT hypertable_name, compression_enabled FROM timescaledb_information.hypertables ORDER BY 1"
+        ).fetchall()
+        segmentby = conn.execute(
+            "SELECT hypertable_name, attname FROM timescaledb_information.compression_settings"
+            " WHERE segmentby_column_index IS NOT NULL ORDER BY 1"
+        ).fetchall()
+        jobs = conn.execute(
+            "SELECT proc_name, hypertable_name, config->>'start_offset' FROM timescaledb_information.jobs"
+            " WHERE proc_name <> 'policy_job_stat_history_retention' ORDER BY 2, 1"
+        ).fetchall()
+    return hypertables, segmentby, jobs
+
+
+def test_a_database_already_on_the_layout_gets_mig_samples_as_a_hypertable(timescale_dsn: str) -> None:
+    """Migration 0013 (MIG devices) arrives after the layout was applied, which is applied once: the
+    migration makes its sample table a hypertable itself, as the layout would have."""
+    migrate(timescale_dsn, up_to=12)
+    assert timescale.setup(timescale_dsn, "on") == "timescaledb"
+    migrate(timescale_dsn)
+    assert_layout(*layout_of(timescale_dsn))
 
 
 def test_real_time_aggregation_sees_rows_not_yet_materialized(timescale_dsn: str) -> None:
