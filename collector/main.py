@@ -17,7 +17,7 @@ from fastapi.routing import APIRoute
 from psycopg_pool import AsyncConnectionPool
 from starlette.concurrency import run_in_threadpool
 
-from gpuscope.collector.api import errors, health, ingest, read, read_jobs, read_nics
+from gpuscope.collector.api import docs, errors, health, ingest, read, read_jobs, read_nics
 from gpuscope.collector.api.auth import TokenAuth
 from gpuscope.collector.api.deps import require_read_token
 from gpuscope.collector.api.fast_ingest import FastIngest
@@ -105,7 +105,10 @@ def create_app(config: CollectorConfig) -> FastIngest:
         version="0.1.0",
         description="Ingest for gpuscope exporters and the read API over the GPU telemetry store.",
         lifespan=lifespan,
+        docs_url=None,  # api/docs.py serves it without a CDN
+        redoc_url=None,  # ReDoc too would load from a CDN: one set of docs, served locally
     )
+    docs.install(app)
     # Token, NUL bytes and body size, before any route, dependency or body model (api/guard.py).
     app.add_middleware(RequestGuard, max_body_bytes=config.max_other_body_bytes)
     errors.install(app)
