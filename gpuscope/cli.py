@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from gpuscope.alerts import cli as alerts_cli
 from gpuscope.core.logredact import configure_logging
@@ -25,8 +25,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (ValueError, OSError, RuntimeError) as exc:
         # Configuration and environment problems: one clear line, no traceback.
-        print(f"gpuscope {args.command}: error: {exc}", file=sys.stderr)
+        print(f"gpuscope {args.command}: error: {_in_words(exc)}", file=sys.stderr)
         return 2
+
+
+def _in_words(exc: Exception) -> str:
+    """The error as a sentence. Settings refused by pydantic (a ValueError) list their problems, without
+    pydantic's report around them (its type codes, the input echoed, a link)."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    problems = []
+    for error in errors():
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)
 
 
 def setup_logging(verbose: bool = False, stream: TextIO | None = None) -> logging.Handler | None:
@@ -42,12 +56,16 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="embedded database + collector + simulated cluster + dashboard")
-    demo.add_argument("--nodes", type=_positive_int, default=16)
-    demo.add_argument("--gpus-per-node", type=_positive_int, default=8)
-    demo.add_argument("--racks", type=_positive_int, default=4)
-    demo.add_argument("--seed", type=int, default=42)
-    demo.add_argument("--dashboard-port", type=_port, default=8050)
-    demo.add_argument("--collector-port", type=_port, default=9410)
+    demo.add_argument("--nodes", type=_positive_int, default=16, help="simulated nodes (default 16)")
+    demo.add_argument("--gpus-per-node", type=_positive_int, default=8, help="GPUs per node (default 8)")
+    demo.add_argument("--racks", type=_positive_int, default=4, help="racks the nodes are spread over (default 4)")
+    demo.add_argument("--seed", type=int, default=42, help="the simulation's random seed (default 42)")
+    demo.add_argument(
+        "--dashboard-port", type=_port, default=8050, help="the dashboard's port on 127.0.0.1 (default 8050)"
+    )
+    demo.add_argument(
+        "--collector-port", type=_port, default=9410, help="the collector's port on 127.0.0.1 (default 9410)"
+    )
     demo.add_argument("--interval", type=_positive_float, default=1.0, help="sampling interval in seconds")
     demo.add_argument(
         "--backfill-minutes", type=_non_negative_float, default=60.0, help="simulated history to load first"
@@ -56,7 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_run_demo)
 
     exporter = commands.add_parser("exporter", help="per-node exporter: /metrics and push to a collector")
-    exporter.add_argument("--backend", choices=["auto", "nvml", "amdsmi", "sim"], default="auto")
+    exporter.add_argument(
+        "--backend",
+        choices=["auto", "nvml", "amdsmi", "sim"],
+        default="auto",
+        help="what reads the GPUs (auto: NVML, else amdsmi; sim: a simulated node, no GPU needed)",
+    )
     exporter.add_argument("--listen", default=":9400", help="HOST:PORT for /metrics (default :9400, all interfaces)")
     exporter.add_argument("--push", metavar="URL", help="collector base URL, e.g. http://collector:9410")
     exporter.add_argument("--interval", type=_positive_float, default=5.0, help="sampling interval in seconds")
@@ -66,9 +89,9 @@ def _parser() -> argparse.ArgumentParser:
         default=10.0,
         help="send the snapshots of this many seconds together (default 10; 0: each as soon as it is taken)",
     )
-    exporter.add_argument("--node", default=socket.gethostname())
-    exporter.add_argument("--rack", default="default")
-    exporter.add_argument("--cluster", default="default")
+    exporter.add_argument("--node", default=socket.gethostname(), help="this node's name (default: the host name)")
+    exporter.add_argument("--rack", default="default", help="the rack it stands in, for power per rack")
+    exporter.add_argument("--cluster", default="default", help="the cluster it belongs to")
     exporter.add_argument("--token-file", type=Path, help="file holding the collector's bearer token")
     exporter.add_argument("--spool-dir", type=Path, help="keep unsent batches here while the collector is away")
     exporter.add_argument(
@@ -122,7 +145,12 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument(
         "--db-password-file", type=Path, help="the database password, kept out of the DSN and the command line"
     )
-    collector.add_argument("--data-dir", type=Path)
+    collector.add_argument(
+        "--data-dir",
+        type=Path,
+        help="the embedded database (without --db) and generated token live here"
+        " (default: /var/lib/gpuscope as root, else ~/.local/share/gpuscope)",
+    )
     collector.add_argument("--token-file", type=Path, help="ingest bearer token (default: generated in --data-dir)")
     collector.add_argument(
         "--node-tokens-file", type=Path, help="per-node ingest tokens, 'CLUSTER/NODE TOKEN' per line"
@@ -289,31 +317,39 @@ def _run_dashboard(args: argparse.Namespace) -> None:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _number(int, text, "a whole number")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    value = _number(float, text, "a number")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
+    value = _number(float, text, "a number")
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 
 def _port(text: str) -> int:
-    value = int(text)
+    value = _number(int, text, "a TCP port (0-65535)")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port (0-65535), got {value}")
     return value
+
+
+def _number(kind: type[int] | type[float], text: str, what: str) -> Any:
+    """`text` as `kind`; otherwise an error in words (argparse would say "invalid _positive_int value")."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -30,7 +31,7 @@ from gpuscope.collector.store.timescale import Mode
 from gpuscope.collector.workers import reuse_port_socket, run_workers
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.listen import parse_listen
-from gpuscope.core.logredact import configure_logging
+from gpuscope.core.logredact import configure_logging, redact_secrets
 from gpuscope.core.tokens import dsn_with_password_file, read_token_file
 from gpuscope.stragglers.part import stragglers_part
 
@@ -134,6 +135,7 @@ def run(settings: CollectorSettings) -> int:
     token = token_or_generate(settings.token_file, settings.data_dir)
     host, port = parse_listen(settings.listen)
     with database(settings) as dsn:
+        check_database(dsn)
         if settings.workers == 1:
             log.info("collector listening on %s:%d", host, port)
             serve(build(settings, dsn, token), host, port)
@@ -154,6 +156,18 @@ def database(settings: CollectorSettings) -> Iterator[str]:
         raise ValueError("--db-password-file needs --db (a DSN without its password)")
     with EmbeddedPostgres(settings.data_dir) as pg:
         yield pg.dsn
+
+
+def check_database(dsn: str) -> None:
+    """Connect once before serving, so a wrong --db is one line naming the problem (FastAPI's start-up
+    would print a traceback of its lifespan machinery instead)."""
+    try:
+        psycopg.connect(dsn, connect_timeout=10).close()
+    except psycopg.ProgrammingError as exc:  # libpq could not parse it
+        raise ValueError(f"--db is not a PostgreSQL connection string: {redact_secrets(str(exc).strip())}") from None
+    except psycopg.OperationalError as exc:
+        reason = redact_secrets(str(exc).strip().splitlines()[0])
+        raise RuntimeError(f"cannot connect to the database given with --db: {reason}") from None
 
 
 def _worker(settings: CollectorSettings, dsn: str, token: str, host: str, port: int) -> None:

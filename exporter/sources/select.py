@@ -53,8 +53,9 @@ def open_source(
         fabric = None  # the class directory exists (driver loaded) but no HCA is present
     if gpu is None and fabric is None:
         raise BackendUnavailable(
-            "auto: no GPU library answered (NVML: install the NVIDIA driver; AMD: install ROCm and amdsmi) "
-            f"and there are no InfiniBand devices under {ib_root}"
+            "no GPU library answered (NVML: install the NVIDIA driver; AMD: install ROCm and amdsmi) "
+            f"and there are no InfiniBand devices under {ib_root}; to try gpuscope without GPUs, "
+            "use --backend sim (a simulated node)"
         )
     if gpu is None:
         log.warning("auto: no GPUs found; exporting InfiniBand ports only")

@@ -8,8 +8,10 @@ import socket
 def parse_listen(listen: str) -> tuple[str, int]:
     """'HOST:PORT', ':PORT' (all interfaces) or '[::1]:PORT'."""
     host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"listen address must be HOST:PORT, got {listen!r}")
+    if not sep or not port.isdigit():
+        raise ValueError(f"listen address must be HOST:PORT (or :PORT for every interface), got {listen!r}")
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address {listen!r}: port {int(port)} is not a TCP port (0-65535)")
     return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - ':PORT' means every interface
 
 
