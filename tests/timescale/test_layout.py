@@ -140,21 +140,10 @@ def test_layout_objects_and_policies(timescale_dsn: str) -> None:
     with pytest.raises(RuntimeError, match="cannot undo"):
         timescale.setup(timescale_dsn, "off")
     with psycopg.connect(timescale_dsn) as conn:
-        hypertables = conn.execute(
-            "SELECT hypertable_name, compression_enabled FROM timescaledb_information.hypertables ORDER BY 1"
-        ).fetchall()
-        segmentby = conn.execute(
-            "SELECT hypertable_name, attname FROM timescaledb_information.compression_settings"
-            " WHERE segmentby_column_index IS NOT NULL ORDER BY 1"
-        ).fetchall()
         aggregates = conn.execute(
             "SELECT view_name, materialized_only FROM timescaledb_information.continuous_aggregates ORDER BY 1"
         ).fetchall()
-        jobs = conn.execute(
-            "SELECT proc_name, hypertable_name, config->>'start_offset' FROM timescaledb_information.jobs"
-            " WHERE proc_name <> 'policy_job_stat_history_retention' ORDER BY 2, 1"
-        ).fetchall()
-    assert_layout(hypertables, segmentby, jobs)
+    assert_layout(*layout_of(timescale_dsn))
     assert aggregates == [("gpu_rollup_1h", False), ("gpu_rollup_1m", False)], "real-time aggregation on"
 
 
