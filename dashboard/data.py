@@ -52,7 +52,7 @@ def load_overview(pool: ConnectionPool[Any], range_key: str, metric: str = "util
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
         level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
         grid = _grid(conn, metric, window, level, summary.gpus_known, summary.nodes_known)
-        power = query.rack_power(conn, window, rollup_bucket(window, POWER_MAX_POINTS))
+        power = query.rack_power(conn, window, rollup_bucket(conn, window, POWER_MAX_POINTS))
     attention = Attention(firing, stragglers, summary.gpus_known - summary.gpus_reporting)
     return OverviewData(summary, attention, grid, power)
 
@@ -64,9 +64,11 @@ def load_grid(pool: ConnectionPool[Any], metric: str, range_key: str, level: str
         return _grid(conn, metric, window, level, gpus, nodes)
 
 
-def rollup_bucket(window: query.TimeRange, max_points: int) -> int:
-    """Whole minutes from an hour up, so the rollups answer rather than raw samples."""
-    return query.bucket_for(window, max_points, min_bucket_s=60 if window.seconds >= 3600 else 1)
+def rollup_bucket(conn: Any, window: query.TimeRange, max_points: int) -> int:
+    """Whole minutes from an hour up, so the rollups answer rather than raw samples; below, never
+    narrower than the samples fill (an empty bucket between two samples would read as an outage)."""
+    bucket = query.bucket_for(window, max_points, min_bucket_s=60 if window.seconds >= 3600 else 1)
+    return query.fillable_bucket(conn, window, bucket)
 
 
 # Up to this many minute cells, a heatmap of wider buckets is read as minutes (the minute rollup's rows
@@ -75,7 +77,7 @@ MINUTE_CELLS_MAX = 400_000
 
 
 def _grid(conn: Any, metric: str, window: query.TimeRange, level: str, gpus: int, nodes: int) -> Grid:
-    bucket = rollup_bucket(window, HEATMAP_MAX_COLUMNS)
+    bucket = rollup_bucket(conn, window, HEATMAP_MAX_COLUMNS)
     chosen = choose_level(gpus, nodes, len(window.buckets(bucket)), level)
     if 60 < bucket < 3600 and bucket % 60 == 0 and gpus * window.seconds / 60 <= MINUTE_CELLS_MAX:
         return to_grid(coarsen(query.heatmap(conn, metric, window, 60), bucket), chosen)
@@ -93,7 +95,7 @@ class PowerData:
 def load_power(pool: ConnectionPool[Any], range_key: str, budgets_kw: dict[str, float]) -> PowerData:
     window = time_range(range_key)
     with pool.connection() as conn:
-        power = query.rack_power(conn, window, rollup_bucket(window, POWER_MAX_POINTS))
+        power = query.rack_power(conn, window, rollup_bucket(conn, window, POWER_MAX_POINTS))
         nameplate = query.rack_nameplate_w(conn)
     current = []
     for watts in power.watts:
@@ -140,7 +142,7 @@ def load_job(pool: ConnectionPool[Any], job_id: str, metric: str, range_key: str
             return JobData(None, Grid(metric, 60, "gpu", [], [], _empty()), [])
         end = job.ended_at or query.last(0.001).end
         window = query.TimeRange(max(job.started_at, end - _seconds(range_key)), end)
-        bucket = rollup_bucket(window, HEATMAP_MAX_COLUMNS)
+        bucket = rollup_bucket(conn, window, HEATMAP_MAX_COLUMNS)
         gpu_ids = query.select_gpus(conn, job=job_id)
         heatmap = query.heatmap(conn, metric, window, bucket, gpu_ids)
         stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
@@ -161,8 +163,8 @@ NODE_METRICS = ("util_pct", "sm_active_pct", "tensor_active_pct", "temp_c", "pow
 
 def load_node(pool: ConnectionPool[Any], node: str, gpu: int | None, range_key: str) -> NodeData | None:
     window = time_range(range_key)
-    bucket = query.bucket_for(window, SERIES_MAX_POINTS)
     with pool.connection() as conn:
+        bucket = query.fillable_bucket(conn, window, query.bucket_for(window, SERIES_MAX_POINTS))
         gpu_ids = query.select_gpus(conn, node=node)
         if not gpu_ids:
             return None

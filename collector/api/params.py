@@ -4,7 +4,7 @@ the points (values) one answer may hold."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Query
 
@@ -75,6 +75,12 @@ def bucket_width(time_range: query.TimeRange, requested: int | None) -> int:
             f" {MAX_RAW_RANGE.total_seconds() / 3600:g} hours; ask for a shorter range or a bucket of 60 s or more",
         )
     return bucket
+
+
+def fill(conn: Any, time_range: query.TimeRange, bucket: int, requested: int | None) -> int:
+    """An automatic width widened where the range's samples would leave buckets empty (a requested one
+    stands: the caller asked for it)."""
+    return bucket if requested is not None else query.fillable_bucket(conn, time_range, bucket)
 
 
 def check_points(time_range: query.TimeRange, bucket: int, **series: int) -> None:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep
-from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width, check_points
+from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width, check_points, fill
 from gpuscope.collector.api.responses import error
 from gpuscope.collector.api.state import collector_state
 from gpuscope.collector.query.arrays import nan_to_none
@@ -77,6 +77,7 @@ def get_heatmap(
     _check_metric(metric)
     bucket = bucket_width(time_range, bucket_seconds)
     with pool.connection() as conn:
+        bucket = fill(conn, time_range, bucket, bucket_seconds)
         check_points(time_range, bucket, GPUs=query.inventory_counts(conn)[0])  # those reporting are fewer
         result = query.heatmap(conn, metric, time_range, bucket)
     return HeatmapOut(
@@ -111,6 +112,7 @@ def get_series(
         raise HTTPException(422, "choose GPUs with node, uuid or job (the whole fleet is /heatmap)")
     bucket = bucket_width(time_range, bucket_seconds)
     with pool.connection() as conn:
+        bucket = fill(conn, time_range, bucket, bucket_seconds)
         gpu_ids = query.select_gpus(conn, cluster=cluster, node=node, uuid=uuid, job=job)
         if not gpu_ids:
             raise HTTPException(404, "no GPU matches")
@@ -132,6 +134,7 @@ def get_series(
 def get_rack_power(pool: ReadPoolDep, time_range: TimeRangeDep, bucket_seconds: BucketParam = None) -> RackPowerOut:
     bucket = bucket_width(time_range, bucket_seconds)
     with pool.connection() as conn:
+        bucket = fill(conn, time_range, bucket, bucket_seconds)
         check_points(time_range, bucket, racks=query.rack_count(conn))
         result = query.rack_power(conn, time_range, bucket)
     return RackPowerOut(bucket_seconds=bucket, times=result.times, racks=result.racks, watts=nan_to_none(result.watts))

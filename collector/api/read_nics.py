@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep
-from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width, check_points
+from gpuscope.collector.api.params import BucketParam, TimeRangeDep, bucket_width, check_points, fill
 from gpuscope.collector.api.responses import error
 from gpuscope.collector.query.arrays import nan_to_none
 from gpuscope.collector.store.columns import PORT_METRICS
@@ -55,6 +55,7 @@ def get_nic_series(
         raise HTTPException(422, f"unknown port metric {metric!r}; one of {sorted(PORT_METRICS)}")
     bucket = bucket_width(time_range, bucket_seconds)
     with pool.connection() as conn:
+        bucket = fill(conn, time_range, bucket, bucket_seconds)  # ports are sampled with their node's GPUs
         ports = query.select_ports(conn, cluster=cluster, nodes=node)
         if not ports:
             raise HTTPException(404, "no InfiniBand port on these nodes")

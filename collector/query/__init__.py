@@ -16,6 +16,7 @@ from gpuscope.collector.query.inventory import (
 from gpuscope.collector.query.jobs import JobGpu, JobRow, JobState, MigRow, Usage, job, job_gpus, jobs
 from gpuscope.collector.query.nic import NicSeries, nic_series
 from gpuscope.collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
+from gpuscope.collector.query.spacing import fillable_bucket, sample_spacing
 from gpuscope.collector.query.stragglers import StragglerRow, stragglers
 from gpuscope.collector.query.timerange import TimeRange, bucket_for, last, source_bucket
 
@@ -37,6 +38,7 @@ __all__ = [
     "Usage",
     "bucket_for",
     "events",
+    "fillable_bucket",
     "fleet_summary",
     "heatmap",
     "inventory_counts",
@@ -48,6 +50,7 @@ __all__ = [
     "rack_count",
     "rack_nameplate_w",
     "rack_power",
+    "sample_spacing",
     "select_gpus",
     "select_ports",
     "series",
