@@ -18,16 +18,9 @@ import plotly.graph_objects as go
 from gpuscope.collector.query import NicSeries, RackPower, Series
 from gpuscope.collector.query.arrays import nan_to_none
 from gpuscope.dashboard.grid import Grid
+from gpuscope.dashboard.scales import SCALES, scale_of
 
-METRICS = {
-    "util_pct": "GPU utilisation (%)",
-    "sm_active_pct": "SM activity (%)",
-    "tensor_active_pct": "Tensor activity (%)",
-    "temp_c": "Temperature (°C)",
-    "power_w": "Power (W)",
-    "fb_used_bytes": "Memory used (bytes)",
-    "sm_clock_mhz": "SM clock (MHz)",
-}
+METRICS = {metric: scale.title for metric, scale in SCALES.items()}
 
 
 def plain(text: object) -> str:
@@ -59,9 +52,9 @@ def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height
     # that value internally, so each refresh looked like a new figure and reset the user's zoom.
     labels = [plain(row.label) for row in reversed(grid.rows)]
     top = len(labels) - 1
-    percent = grid.metric.endswith("_pct")
-    title = plain(METRICS.get(grid.metric, grid.metric))
-    per = {"gpu": "GPU", "node": "node (mean of its GPUs)", "rack": "rack (mean of its GPUs)"}[grid.level]
+    scale = scale_of(grid.metric)
+    title = plain(scale.title)
+    per = scale.per(grid.level)
     shapes: list[dict[str, Any]] = [
         {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": top - b + 0.5, "y1": top - b + 0.5,
          "line": {"color": "white", "width": 1}}
@@ -78,14 +71,15 @@ def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height
         "type": "heatmap",
         # float32 numpy goes out as a base64 typed array (NaN: a gap), not a list of Python floats:
         # for 1,024 GPUs x 120 buckets that is ~6x faster to encode and a third of the bytes.
-        "z": np.ascontiguousarray(grid.values[::-1], dtype=np.float32),
+        "z": np.ascontiguousarray(grid.values[::-1] * scale.factor, dtype=np.float32),
         "x": grid.times,
         "y": labels,
-        "zmin": 0 if percent else None,
-        "zmax": 100 if percent else None,
-        "colorscale": "Viridis",
+        # A fixed range per metric: colours mean the same thing on every page and every refresh.
+        "zmin": scale.zmin,
+        "zmax": scale.zmax,
+        "colorscale": scale.colorscale,
         "colorbar": {"title": {"text": title}},
-        "hovertemplate": "%{y}<br>%{x}<br>%{z:.1f}<extra></extra>",
+        "hovertemplate": f"%{{y}}<br>%{{x}}<br>%{{z:.{scale.digits}f}} {plain(scale.unit)}<extra></extra>",
     }
     layout = {
         "title": {"text": f"{title} per {per}, {grid.bucket_s} s buckets"},
@@ -187,28 +181,65 @@ def series_figure(data: Series, metrics: Sequence[str], revision: str) -> go.Fig
         axis = "y" if panel == 1 else f"y{panel}"
         low, high = 1 - panel / panels + gap / 2, 1 - (panel - 1) / panels - gap / 2
         layout["yaxis" if panel == 1 else f"yaxis{panel}"] = {"domain": [max(low, 0), min(high, 1)], "anchor": "x"}
-        layout["annotations"].append({"text": plain(METRICS.get(metric, metric)), "xref": "paper", "yref": "paper",
+        scale = scale_of(metric)
+        layout["annotations"].append({"text": plain(scale.title), "xref": "paper", "yref": "paper",
                                       "x": 0.5, "y": high, "yanchor": "bottom", "showarrow": False})  # fmt: skip
+        hover = f"%{{x}}<br>%{{y:.{scale.digits}f}} {plain(scale.unit)}<extra></extra>"
         for row, values in zip(data.rows, data.values[metric], strict=True):
             name = f"gpu{row.gpu_index}"
-            traces.append({"type": "scatter", "mode": "lines", "x": data.times, "y": values.astype(np.float32),
-                           "xaxis": "x", "yaxis": axis, "name": name, "legendgroup": name, "showlegend": panel == 1,
-                           "hovertemplate": f"{name}<br>%{{x}}<br>%{{y:.1f}}<extra></extra>"})  # fmt: skip
+            traces.append({"type": "scatter", "mode": "lines", "x": data.times,
+                           "y": (values * scale.factor).astype(np.float32), "xaxis": "x", "yaxis": axis,
+                           "name": name, "legendgroup": name, "showlegend": panel == 1,
+                           "hovertemplate": f"{name}<br>{hover}"})  # fmt: skip
     return go.Figure({"data": traces, "layout": layout})
+
+
+# InfiniBand port metrics as an operator reads them: what each counter's rate is, in its unit.
+NIC_TITLES = {
+    "xmit_bytes": "transmitted",
+    "rcv_bytes": "received",
+    "xmit_packets": "packets transmitted",
+    "rcv_packets": "packets received",
+    "xmit_wait": "transmit wait (congestion)",
+    "symbol_errors": "symbol errors",
+    "link_downed": "link down events",
+    "rcv_errors": "receive errors",
+    "link_error_recovery": "link error recoveries",
+    "xmit_discards": "transmit discards",
+    "state": "link state (4: active)",
+    "phys_state": "physical state (5: link up)",
+    "rate_gbps": "link rate",
+}
 
 
 def nic_figure(data: NicSeries, revision: str) -> go.Figure:
     if not data.ports:
         return message_figure("No InfiniBand ports on this node.")
-    scale, unit = (8 / 1e9, "Gbit/s") if data.metric.endswith("bytes") else (1.0, "/s")
+    if data.metric.endswith("bytes"):
+        scale, unit = 8 / 1e9, "Gbit/s"
+    elif data.metric == "rate_gbps":
+        scale, unit = 1.0, "Gbit/s"
+    elif data.metric == "xmit_wait":
+        scale, unit = 1.0, "ticks/s"
+    else:
+        scale, unit = 1.0, ("per s" if data.per_second else "")
+    digits = 2 if unit == "Gbit/s" else 1
     figure = go.Figure(
         [
-            go.Scatter(x=data.times, y=nan_to_none(values * scale), name=plain(port.label), mode="lines")
+            go.Scatter(
+                x=data.times,
+                y=nan_to_none(values * scale),
+                name=plain(port.label),
+                mode="lines",
+                hovertemplate=f"{plain(port.label)}<br>%{{x}}<br>%{{y:.{digits}f}} {unit}<extra></extra>",
+            )
             for port, values in zip(data.ports, data.values, strict=True)
         ]
     )
+    what = NIC_TITLES.get(data.metric, data.metric.replace("_", " "))
     figure.update_layout(
-        title=plain(f"InfiniBand {data.metric.replace('_', ' ')} ({unit})"),
+        title=plain(f"InfiniBand {what}" + (f" ({unit})" if unit else "")),
+        yaxis={"title": {"text": unit}} if unit else {},
         height=300,
         margin={"l": 60, "r": 20, "t": 50, "b": 30},
         uirevision=revision,

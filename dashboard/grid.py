@@ -10,6 +10,7 @@ from typing import Literal
 import numpy as np
 
 from gpuscope.collector.query import Heatmap
+from gpuscope.dashboard.scales import scale_of
 
 Level = Literal["gpu", "node", "rack"]
 MAX_CELLS = 200_000
@@ -53,7 +54,8 @@ def choose_level(gpus: int, nodes: int, columns: int, requested: str = "auto") -
 
 
 def to_grid(heatmap: Heatmap, level: Level) -> Grid:
-    """Rows averaged per node or rack (a NaN-aware mean over the GPUs that reported in each bucket).
+    """Rows per node or rack, summing up the GPUs that reported in each bucket as the metric's scale
+    says (dashboard/scales.py: the mean, or the worst GPU: the hottest, the slowest clock), NaN-aware.
     Heatmap rows come ordered by cluster, rack, node and GPU, so each group is contiguous."""
     rows = heatmap.rows
     if level == "gpu":
@@ -64,11 +66,15 @@ def to_grid(heatmap: Heatmap, level: Level) -> Grid:
     values = heatmap.values
     if not starts:
         return Grid(heatmap.metric, heatmap.bucket_s, level, [], heatmap.times, np.empty((0, len(heatmap.times))))
-    present = ~np.isnan(values)
-    sums = np.add.reduceat(np.where(present, values, 0.0), starts, axis=0)
-    counts = np.add.reduceat(present.astype(np.int64), starts, axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    worst = scale_of(heatmap.metric).rows
+    if worst == "mean":
+        present = ~np.isnan(values)
+        sums = np.add.reduceat(np.where(present, values, 0.0), starts, axis=0)
+        counts = np.add.reduceat(present.astype(np.int64), starts, axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    else:  # fmax/fmin skip NaN (a GPU that did not report), and give NaN where none did
+        means = (np.fmax if worst == "max" else np.fmin).reduceat(values, starts, axis=0)
     sizes = np.diff([*starts, len(keys)])
     grid_rows = []
     for start, size in zip(starts, sizes, strict=True):
