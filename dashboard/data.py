@@ -51,8 +51,9 @@ def load_overview(pool: ConnectionPool[Any], range_key: str, metric: str = "util
         stragglers = query.stragglers(conn, window, active_only=True, limit=50)
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
         level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
-        grid = _grid(conn, metric, window, level, summary.gpus_known, summary.nodes_known)
-        power = query.rack_power(conn, window, rollup_bucket(conn, window, POWER_MAX_POINTS))
+        grid_bucket, power_bucket = rollup_buckets(conn, window, HEATMAP_MAX_COLUMNS, POWER_MAX_POINTS)
+        grid = _grid(conn, metric, window, grid_bucket, level, summary.gpus_known, summary.nodes_known)
+        power = query.rack_power(conn, window, power_bucket)
     attention = Attention(firing, stragglers, summary.gpus_known - summary.gpus_reporting)
     return OverviewData(summary, attention, grid, power)
 
@@ -61,14 +62,19 @@ def load_grid(pool: ConnectionPool[Any], metric: str, range_key: str, level: str
     window = time_range(range_key)
     with pool.connection() as conn:
         gpus, nodes = query.inventory_counts(conn)
-        return _grid(conn, metric, window, level, gpus, nodes)
+        return _grid(conn, metric, window, rollup_bucket(conn, window, HEATMAP_MAX_COLUMNS), level, gpus, nodes)
 
 
 def rollup_bucket(conn: Any, window: query.TimeRange, max_points: int) -> int:
-    """Whole minutes from an hour up, so the rollups answer rather than raw samples; below, never
-    narrower than the samples fill (an empty bucket between two samples would read as an outage)."""
-    bucket = query.bucket_for(window, max_points, min_bucket_s=60 if window.seconds >= 3600 else 1)
-    return query.fillable_bucket(conn, window, bucket)
+    return rollup_buckets(conn, window, max_points)[0]
+
+
+def rollup_buckets(conn: Any, window: query.TimeRange, *max_points: int) -> tuple[int, ...]:
+    """A width per chart of the window: whole minutes from an hour up, so the rollups answer rather than
+    raw samples; below, never narrower than the samples fill (an empty bucket between two samples would
+    read as an outage)."""
+    minimum = 60 if window.seconds >= 3600 else 1
+    return query.fillable_buckets(conn, window, *(query.bucket_for(window, n, minimum) for n in max_points))
 
 
 # Up to this many minute cells, a heatmap of wider buckets is read as minutes (the minute rollup's rows
@@ -76,8 +82,7 @@ def rollup_bucket(conn: Any, window: query.TimeRange, max_points: int) -> int:
 MINUTE_CELLS_MAX = 400_000
 
 
-def _grid(conn: Any, metric: str, window: query.TimeRange, level: str, gpus: int, nodes: int) -> Grid:
-    bucket = rollup_bucket(conn, window, HEATMAP_MAX_COLUMNS)
+def _grid(conn: Any, metric: str, window: query.TimeRange, bucket: int, level: str, gpus: int, nodes: int) -> Grid:
     chosen = choose_level(gpus, nodes, len(window.buckets(bucket)), level)
     if 60 < bucket < 3600 and bucket % 60 == 0 and gpus * window.seconds / 60 <= MINUTE_CELLS_MAX:
         return to_grid(coarsen(query.heatmap(conn, metric, window, 60), bucket), chosen)

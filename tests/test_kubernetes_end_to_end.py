@@ -27,9 +27,9 @@ from gpuscope.exporter.jobs.pod_metadata import KubeletPods
 from gpuscope.exporter.sampler import Sampler
 from gpuscope.exporter.sim.training import Fault, simulate
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, PortIdentity, PortReading
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.exporter.wire import Origin
 from gpuscope.stragglers.watch import StragglerWatch
-from tests.collector.helpers import post
+from tests.collector.helpers import push_binary
 from tests.commands import GPUSCOPE, stop_process, token_file, wait_healthy
 from tests.k8s.fake_kubelet import Container, FakeKubelet, Pod, short_socket_path
 from tests.k8s.pod_list import pod, pod_list_server
@@ -183,9 +183,7 @@ def test_a_jobset_straggler_is_found_in_its_job_and_shown_with_its_pods(collecto
                     snapshots.append(sampler.sample_once(now=start + float(t)))
                 listener.close()
             for seq, lo in enumerate(range(0, len(snapshots), 60), start=1):
-                body = encode_binary(origin, seq, snapshots[lo : lo + 60])
-                response = post(collector, body, **{"Content-Type": BINARY_CONTENT_TYPE})
-                assert response.status_code == 200, response.text
+                push_binary(collector, origin, seq, snapshots[lo : lo + 60])
 
     watch(collector.dsn, StragglerWatch(), datetime.fromtimestamp(start + HISTORY_S + 20, UTC))
     [found] = httpx.get(f"{collector.url}/api/v1/stragglers", params={"minutes": 60}, timeout=10).json()

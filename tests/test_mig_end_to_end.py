@@ -22,8 +22,8 @@ from gpuscope.exporter.jobs.kubernetes import KubernetesJobs
 from gpuscope.exporter.sampler import Sampler
 from gpuscope.exporter.sources.nvml import NvmlSource
 from gpuscope.exporter.testing.fake_nvml import FakeGpu, h100_node, make_fake_pynvml, mig_layout
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
-from tests.collector.helpers import post
+from gpuscope.exporter.wire import Origin
+from tests.collector.helpers import push_binary
 from tests.k8s.fake_kubelet import Container, FakeKubelet, Pod, short_socket_path
 from tests.processes import RunningCollector
 
@@ -48,9 +48,7 @@ class Node:
             self.ts += INTERVAL
             snapshots.append(self.sampler.sample_once(self.ts))
         self.seq += 1
-        body = encode_binary(self.origin, self.seq, snapshots)
-        response = post(collector, body, **{"Content-Type": BINARY_CONTENT_TYPE})
-        assert response.status_code == 200, response.text
+        push_binary(collector, self.origin, self.seq, snapshots)
 
     def close(self) -> None:
         self.jobs.close()

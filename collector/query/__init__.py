@@ -16,7 +16,7 @@ from gpuscope.collector.query.inventory import (
 from gpuscope.collector.query.jobs import JobGpu, JobRow, JobState, MigRow, Usage, job, job_gpus, jobs
 from gpuscope.collector.query.nic import NicSeries, nic_series
 from gpuscope.collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
-from gpuscope.collector.query.spacing import fillable_bucket, sample_spacing
+from gpuscope.collector.query.spacing import fillable_bucket, fillable_buckets, sample_spacing
 from gpuscope.collector.query.stragglers import StragglerRow, stragglers
 from gpuscope.collector.query.timerange import TimeRange, bucket_for, last, source_bucket
 
@@ -39,6 +39,7 @@ __all__ = [
     "bucket_for",
     "events",
     "fillable_bucket",
+    "fillable_buckets",
     "fleet_summary",
     "heatmap",
     "inventory_counts",

@@ -36,10 +36,18 @@ def sample_spacing(conn: Connection[Any], time_range: TimeRange) -> float | None
 
 def fillable_bucket(conn: Connection[Any], time_range: TimeRange, bucket_s: int) -> int:
     """`bucket_s`, or the narrowest nice width above it that the range's samples fill."""
-    if bucket_s >= 60:
-        return bucket_s
+    return fillable_buckets(conn, time_range, bucket_s)[0]
+
+
+def fillable_buckets(conn: Connection[Any], time_range: TimeRange, *buckets_s: int) -> tuple[int, ...]:
+    """Each width widened as fillable_bucket() does, the range's spacing measured once for all of them
+    (a page drawing several charts of one range)."""
+    if all(b >= 60 for b in buckets_s):
+        return buckets_s
     spacing = sample_spacing(conn, time_range)
     if spacing is None:
-        return bucket_s
+        return buckets_s
     floor = math.ceil(spacing * MARGIN)
-    return next((b for b in NICE_BUCKETS_S if b >= max(bucket_s, floor)), NICE_BUCKETS_S[-1])
+    return tuple(
+        b if b >= 60 else next((n for n in NICE_BUCKETS_S if n >= max(b, floor)), NICE_BUCKETS_S[-1]) for b in buckets_s
+    )

@@ -10,9 +10,10 @@ from typing import Any
 
 import httpx
 
+from gpuscope.exporter.events import Event
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import Snapshot
-from gpuscope.exporter.wire import Origin, encode_batch
+from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_batch, encode_binary
 from tests.conftest import count_rows
 from tests.processes import RunningCollector
 
@@ -31,6 +32,16 @@ def post(
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     return httpx.post(f"{collector.url}/api/v1/samples", content=body, headers=headers, timeout=10)
+
+
+def push_binary(
+    collector: RunningCollector, origin: Origin, seq: int, snapshots: list[Snapshot], events: list[Event] | None = None
+) -> httpx.Response:
+    """POST snapshots as the exporter sends them (format v2), and fail the test unless they were stored."""
+    body = encode_binary(origin, seq, snapshots, events or ())
+    response = post(collector, body, **{"Content-Type": BINARY_CONTENT_TYPE})
+    assert response.status_code == 200, response.text
+    return response
 
 
 def stored(collector: RunningCollector) -> dict[str, int]:

@@ -16,8 +16,8 @@ import psycopg
 from gpuscope.collector import query
 from gpuscope.dashboard import data
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
-from tests.collector.helpers import post
+from gpuscope.exporter.wire import Origin
+from tests.collector.helpers import push_binary
 from tests.processes import RunningCollector
 
 GPUS = [GpuIdentity(i, f"GPU-{uuid.uuid4()}", "H100", f"00:{i:02x}") for i in range(4)]
@@ -31,8 +31,7 @@ def push(collector: RunningCollector, times: np.ndarray) -> None:
         for t in times
     ]
     origin = Origin("c", "r1", "n1", "sim", str(uuid.uuid4()))
-    response = post(collector, encode_binary(origin, 1, snapshots), **{"Content-Type": BINARY_CONTENT_TYPE})
-    assert response.status_code == 200, response.text
+    push_binary(collector, origin, 1, snapshots)
 
 
 def get(collector: RunningCollector, path: str, **params: Any) -> Any:
@@ -60,6 +59,7 @@ def test_a_range_sampled_every_15_s_gets_buckets_it_fills(collector: RunningColl
     with psycopg.connect(collector.dsn) as conn:
         window = query.last(15 * 60)
         assert data.rollup_bucket(conn, window, 180) >= 15, "the dashboard's choice too"
+        assert min(data.rollup_buckets(conn, window, 180, 240)) >= 15, "every chart of a page"
         assert query.sample_spacing(conn, window) == 15.0
 
 

@@ -4,7 +4,8 @@ database for tests about requests rather than data (request bodies, logins)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from gpuscope.core.listen import free_loopback_port
 from gpuscope.core.pools import open_read_pool
@@ -13,6 +14,8 @@ from gpuscope.dashboard.context import DashboardOptions
 from gpuscope.dashboard.server import DashboardServer
 from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.dashboard_process import build as build_dashboard
+from tests.conftest import new_database, require_tool
+from tests.processes import RunningCollector, running_collector
 
 
 @contextlib.contextmanager
@@ -24,6 +27,22 @@ def running_dashboard(settings: DashboardSettings) -> Iterator[str]:
             yield f"http://127.0.0.1:{server.port}"
         finally:
             server.stop()
+
+
+@contextlib.contextmanager
+def dashboard_over_collector(
+    postgres: Any, load: Callable[[RunningCollector], None], **collector_options: Any
+) -> Iterator[str]:
+    """For browser tests: a collector over a fresh database of `postgres`, filled by `load`, and the
+    dashboard over that database (changes such as silences through that collector): its base URL."""
+    require_tool("chromium")
+    require_tool("chromedriver")
+    dsn = new_database(postgres)
+    with running_collector(dsn, **collector_options) as collector:
+        load(collector)
+        settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", collector_url=collector.url, refresh_ms=60_000)
+        with running_dashboard(settings) as url:
+            yield url
 
 
 @contextlib.contextmanager

@@ -6,7 +6,6 @@ real collector, as an exporter on a compromised node would send them (anything p
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import time
 import uuid
@@ -36,13 +35,11 @@ from gpuscope.dashboard.figures import (
 )
 from gpuscope.dashboard.grid import to_grid
 from gpuscope.dashboard.pages.heatmap import click_targets, row_target
-from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
-from tests.collector.helpers import post
-from tests.conftest import new_database, require_tool
-from tests.dashboard.helpers import running_dashboard
-from tests.processes import running_collector
+from gpuscope.exporter.wire import Origin
+from tests.collector.helpers import push_binary
+from tests.dashboard.helpers import dashboard_over_collector
+from tests.processes import RunningCollector
 
 LINK = '<a href="https://evil.example/">x</a>'
 BOLD = "<b>bold</b>"
@@ -89,41 +86,40 @@ return Array.from(document.querySelectorAll('#page .js-plotly-plot svg')).map(s 
 """
 
 
+ADMIN = secrets.token_urlsafe(24)  # the collector's, for the silence the page shows
+
+
 @pytest.fixture(scope="module")
 def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
-    require_tool("chromium")
-    require_tool("chromedriver")
-    dsn = new_database(postgres)
-    admin = secrets.token_urlsafe(24)
-    with contextlib.ExitStack() as stack:
-        collector = stack.enter_context(running_collector(dsn, admin_token=admin))
-        now = time.time()
-        for named in NODES:
-            origin = Origin(named.cluster, named.rack, named.node, "sim", str(uuid.uuid4()))
-            gpus = [GpuIdentity(i, f"GPU-{uuid.uuid4()}", BOLD, f"00:{i:02x}") for i in range(2)]
-            jobs = {g.index: JobInfo(LINK, BOLD) for g in gpus} if named is JOB_NODE else {}
-            snapshots = [
-                Snapshot(
-                    ts=now - 600 + 10 * t,
-                    gpus=tuple(
-                        GpuReading(g, True, {"util_pct": 50.0 + g.index, "power_w": 400.0, "power_limit_w": 700.0})
-                        for g in gpus
-                    ),
-                    ports=tuple(PortReading(PortIdentity(named.device, p), {"xmit_bytes": 1e9 * t}) for p in (1, 2)),
-                    jobs=jobs,
-                )
-                for t in range(60)
-            ]
-            response = post(collector, encode_binary(origin, 1, snapshots), **{"Content-Type": BINARY_CONTENT_TYPE})
-            assert response.status_code == 200, response.text
-        silence = {"matchers": [{"name": "node", "op": "=", "value": LINK}], "duration_s": 3600, "comment": BOLD,
-                   "created_by": LINK}  # fmt: skip
-        created = httpx.post(
-            f"{collector.url}/api/v1/silences", json=silence, headers={"Authorization": f"Bearer {admin}"}, timeout=10
-        )
-        assert created.status_code == 201, created.text
-        settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", collector_url=collector.url, refresh_ms=60_000)
-        yield stack.enter_context(running_dashboard(settings))
+    with dashboard_over_collector(postgres, _load, admin_token=ADMIN) as url:
+        yield url
+
+
+def _load(collector: RunningCollector) -> None:
+    now = time.time()
+    for named in NODES:
+        origin = Origin(named.cluster, named.rack, named.node, "sim", str(uuid.uuid4()))
+        gpus = [GpuIdentity(i, f"GPU-{uuid.uuid4()}", BOLD, f"00:{i:02x}") for i in range(2)]
+        jobs = {g.index: JobInfo(LINK, BOLD) for g in gpus} if named is JOB_NODE else {}
+        snapshots = [
+            Snapshot(
+                ts=now - 600 + 10 * t,
+                gpus=tuple(
+                    GpuReading(g, True, {"util_pct": 50.0 + g.index, "power_w": 400.0, "power_limit_w": 700.0})
+                    for g in gpus
+                ),
+                ports=tuple(PortReading(PortIdentity(named.device, p), {"xmit_bytes": 1e9 * t}) for p in (1, 2)),
+                jobs=jobs,
+            )
+            for t in range(60)
+        ]
+        push_binary(collector, origin, 1, snapshots)
+    silence = {"matchers": [{"name": "node", "op": "=", "value": LINK}], "duration_s": 3600, "comment": BOLD,
+               "created_by": LINK}  # fmt: skip
+    created = httpx.post(
+        f"{collector.url}/api/v1/silences", json=silence, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10
+    )
+    assert created.status_code == 201, created.text
 
 
 def hover_label(browser: Any, graph: str, hover: Any) -> str:

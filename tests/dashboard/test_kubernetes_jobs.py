@@ -5,7 +5,6 @@ slice with its own activity."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,13 +15,11 @@ import pytest
 
 from gpuscope.bench.browser import console_errors, open_page, screenshot, wait_until
 from gpuscope.core.embedded_pg import EmbeddedPostgres
-from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, MigReading, Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
-from tests.collector.helpers import post
-from tests.conftest import new_database, require_tool
-from tests.dashboard.helpers import running_dashboard
-from tests.processes import running_collector
+from gpuscope.exporter.wire import Origin
+from tests.collector.helpers import push_binary
+from tests.dashboard.helpers import dashboard_over_collector
+from tests.processes import RunningCollector
 
 JOB = "research/llama"
 MIG_JOB = "serve/infer-a"
@@ -35,30 +32,27 @@ def _job_on(node: int) -> JobInfo:
 
 @pytest.fixture(scope="module")
 def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
-    require_tool("chromium")
-    require_tool("chromedriver")
-    dsn = new_database(postgres)
-    with contextlib.ExitStack() as stack:
-        collector = stack.enter_context(running_collector(dsn))
-        now = time.time()
-        for node in range(3):
-            origin = Origin("c", "r1", f"node-{node}", "sim", str(uuid.uuid4()))
-            gpus = [GpuIdentity(i, f"GPU-{uuid.uuid4()}", "H100", f"00:{i:02x}") for i in range(2)]
-            job = _job_on(node) if node < 2 else JobInfo("4711", "ada")
-            snapshots = [
-                Snapshot(
-                    ts=now - 300 + 10 * t,
-                    gpus=tuple(GpuReading(g, True, {"util_pct": 90.0, "tensor_active_pct": 40.0}) for g in gpus),
-                    ports=(),
-                    jobs={g.index: job for g in gpus},
-                )
-                for t in range(30)
-            ]
-            response = post(collector, encode_binary(origin, 1, snapshots), **{"Content-Type": BINARY_CONTENT_TYPE})
-            assert response.status_code == 200, response.text
-        _post_mig_node(collector, now)
-        settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", refresh_ms=60_000)
-        yield stack.enter_context(running_dashboard(settings))
+    with dashboard_over_collector(postgres, _load) as url:
+        yield url
+
+
+def _load(collector: RunningCollector) -> None:
+    now = time.time()
+    for node in range(3):
+        origin = Origin("c", "r1", f"node-{node}", "sim", str(uuid.uuid4()))
+        gpus = [GpuIdentity(i, f"GPU-{uuid.uuid4()}", "H100", f"00:{i:02x}") for i in range(2)]
+        job = _job_on(node) if node < 2 else JobInfo("4711", "ada")
+        snapshots = [
+            Snapshot(
+                ts=now - 300 + 10 * t,
+                gpus=tuple(GpuReading(g, True, {"util_pct": 90.0, "tensor_active_pct": 40.0}) for g in gpus),
+                ports=(),
+                jobs={g.index: job for g in gpus},
+            )
+            for t in range(30)
+        ]
+        push_binary(collector, origin, 1, snapshots)
+    _post_mig_node(collector, now)
 
 
 def test_a_jobset_is_one_job_with_its_namespace_and_workload(dashboard: str, browser: Any) -> None:
@@ -104,8 +98,7 @@ def _post_mig_node(collector: Any, now: float) -> None:
         for t in range(30)
     ]
     origin = Origin("c", "r1", "node-mig", "nvml", str(uuid.uuid4()))
-    response = post(collector, encode_binary(origin, 1, snapshots), **{"Content-Type": BINARY_CONTENT_TYPE})
-    assert response.status_code == 200, response.text
+    push_binary(collector, origin, 1, snapshots)
 
 
 def test_a_job_on_a_mig_slice_lists_the_slice_with_its_own_activity(dashboard: str, browser: Any) -> None:

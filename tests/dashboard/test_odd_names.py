@@ -6,7 +6,6 @@ collector, as an exporter would send them."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
@@ -22,13 +21,11 @@ from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.dashboard.figures import plain, unplain
 from gpuscope.dashboard.grid import Grid, GridRow
 from gpuscope.dashboard.pages.heatmap import click_targets, row_target
-from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
-from tests.collector.helpers import post
-from tests.conftest import new_database, require_tool
-from tests.dashboard.helpers import running_dashboard
-from tests.processes import running_collector
+from gpuscope.exporter.wire import Origin
+from tests.collector.helpers import push_binary
+from tests.dashboard.helpers import dashboard_over_collector
+from tests.processes import RunningCollector
 
 RACK, NODE, JOB = "r/1", "rack/1 node#2?x% ünï", "train/1 #2?x% ünï"
 DECOY = ("r2", "plain")  # another rack's node, one GPU: a click that opens the wrong node shows it
@@ -37,29 +34,26 @@ GPUS = {NODE: 3, DECOY[1]: 1}
 
 @pytest.fixture(scope="module")
 def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
-    require_tool("chromium")
-    require_tool("chromedriver")
-    dsn = new_database(postgres)
-    with contextlib.ExitStack() as stack:
-        collector = stack.enter_context(running_collector(dsn))
-        now = time.time()
-        for rack, node in ((RACK, NODE), DECOY):
-            origin = Origin("c", rack, node, "sim", str(uuid.uuid4()))
-            gpus = [GpuIdentity(i, f"GPU-{uuid.uuid4()}", "H100", f"00:{i:02x}") for i in range(GPUS[node])]
-            jobs = {g.index: JobInfo(JOB, "ada") for g in gpus} if node == NODE else {}
-            snapshots = [
-                Snapshot(
-                    ts=now - 300 + 10 * t,
-                    gpus=tuple(GpuReading(g, True, {"util_pct": 50.0 + g.index, "power_w": 400.0}) for g in gpus),
-                    ports=(),
-                    jobs=jobs,
-                )
-                for t in range(30)
-            ]
-            response = post(collector, encode_binary(origin, 1, snapshots), **{"Content-Type": BINARY_CONTENT_TYPE})
-            assert response.status_code == 200, response.text
-        settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", refresh_ms=60_000)
-        yield stack.enter_context(running_dashboard(settings))
+    with dashboard_over_collector(postgres, _load) as url:
+        yield url
+
+
+def _load(collector: RunningCollector) -> None:
+    now = time.time()
+    for rack, node in ((RACK, NODE), DECOY):
+        origin = Origin("c", rack, node, "sim", str(uuid.uuid4()))
+        gpus = [GpuIdentity(i, f"GPU-{uuid.uuid4()}", "H100", f"00:{i:02x}") for i in range(GPUS[node])]
+        jobs = {g.index: JobInfo(JOB, "ada") for g in gpus} if node == NODE else {}
+        snapshots = [
+            Snapshot(
+                ts=now - 300 + 10 * t,
+                gpus=tuple(GpuReading(g, True, {"util_pct": 50.0 + g.index, "power_w": 400.0}) for g in gpus),
+                ports=(),
+                jobs=jobs,
+            )
+            for t in range(30)
+        ]
+        push_binary(collector, origin, 1, snapshots)
 
 
 def click_row(browser: Any, graph: str, row: int) -> None:

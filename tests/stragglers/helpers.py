@@ -12,9 +12,9 @@ import psycopg
 
 from gpuscope.exporter.sim.training import Telemetry, TrainingJob
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.exporter.wire import Origin
 from gpuscope.stragglers.watch import StragglerWatch
-from tests.collector.helpers import post
+from tests.collector.helpers import push_binary
 from tests.processes import RunningCollector
 
 JOB = TrainingJob(nodes=2, gpus_per_node=4, seed=8)
@@ -43,9 +43,7 @@ def push(
             jobs = {g.index: JobInfo(job_id, "alice") for g in gpus}
             snapshots.append(Snapshot(ts=start + t, gpus=tuple(readings), ports=(port,), jobs=jobs))
         for seq, lo in enumerate(range(0, len(snapshots), 60), start=1):
-            body = encode_binary(origin, seq, snapshots[lo : lo + 60])
-            response = post(collector, body, **{"Content-Type": BINARY_CONTENT_TYPE})
-            assert response.status_code == 200, response.text
+            push_binary(collector, origin, seq, snapshots[lo : lo + 60])
 
 
 def watch(dsn: str, watcher: StragglerWatch, now: datetime) -> int:
