@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 import psycopg
 from dash import dcc, html
@@ -27,6 +27,14 @@ def nav() -> html.Nav:
         + [dcc.Link(label, href=href, id=f"nav-{label.lower()}", style={"marginRight": "1em"}) for href, label in NAV],
         style={"padding": "0.6em 0", "borderBottom": "1px solid #ddd", "marginBottom": "0.8em"},
     )
+
+
+def node_href(node: str) -> str:
+    return f"/node/{quote(node, safe='')}"
+
+
+def job_href(job_id: str) -> str:
+    return f"/jobs/{quote(job_id, safe='')}"
 
 
 def query_params(search: str | None) -> dict[str, str]:

@@ -26,13 +26,32 @@ def time_range(range_key: str) -> query.TimeRange:
     return query.last(RANGES_S[range_key])
 
 
+# A rack drawing this share of its budget is worth a look before it trips: electrical codes hold
+# continuous loads to 80% of a breaker's rating, and a budget is usually that rating already derated.
+NEAR_BUDGET = 0.85
+
+
+@dataclass(frozen=True)
+class RackLoad:
+    rack: str  # "cluster/rack"
+    current_kw: float
+    budget_kw: float
+
+    @property
+    def share(self) -> float:
+        return self.current_kw / self.budget_kw
+
+
 @dataclass(frozen=True)
 class Attention:
-    """What needs looking at first: firing alerts (most severe first), active stragglers, GPUs down."""
+    """What needs looking at first: firing alerts (most severe first), active stragglers, unhealthy GPUs
+    (silent ones among them), racks near their power budget."""
 
     alerts: list[alert_reads.AlertRow]
     stragglers: list[query.StragglerRow]
     gpus_silent: int
+    unhealthy: list[query.UnhealthyGpu] = field(default_factory=list)
+    racks_near_budget: list[RackLoad] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -41,21 +60,51 @@ class OverviewData:
     attention: Attention
     heatmap: Grid
     rack_power: query.RackPower
+    energy_kwh: float | None  # the fleet's, over the range: the rack power chart's area
 
 
-def load_overview(pool: ConnectionPool[Any], range_key: str, metric: str = "util_pct") -> OverviewData:
+OVERVIEW_METRIC = "sm_active_pct"  # real work; utilisation reads ~100% for a rank spinning in NCCL
+
+
+def load_overview(
+    pool: ConnectionPool[Any], range_key: str, budgets_kw: dict[str, float] | None = None
+) -> OverviewData:
     window = time_range(range_key)
     with pool.connection() as conn:
         summary = query.fleet_summary(conn)
+        unhealthy = query.unhealthy_gpus(conn) if summary.gpus_unhealthy else []
         firing = alert_reads.alerts(conn, "firing", limit=200)
         stragglers = query.stragglers(conn, window, active_only=True, limit=50)
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
         level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
         grid_bucket, power_bucket = rollup_buckets(conn, window, HEATMAP_MAX_COLUMNS, POWER_MAX_POINTS)
-        grid = _grid(conn, metric, window, grid_bucket, level, summary.gpus_known, summary.nodes_known)
+        grid = _grid(conn, OVERVIEW_METRIC, window, grid_bucket, level, summary.gpus_known, summary.nodes_known)
         power = query.rack_power(conn, window, power_bucket)
-    attention = Attention(firing, stragglers, summary.gpus_known - summary.gpus_reporting)
-    return OverviewData(summary, attention, grid, power)
+        nameplate = query.rack_nameplate_w(conn)
+    loads = rack_loads(power, budgets_kw or {}, nameplate)
+    near = sorted((load for load in loads if load.share >= NEAR_BUDGET), key=lambda load: -load.share)
+    silent = summary.gpus_known - summary.gpus_reporting
+    attention = Attention(firing, stragglers, silent, unhealthy, near)
+    return OverviewData(summary, attention, grid, power, energy_kwh(power))
+
+
+def energy_kwh(power: query.RackPower) -> float | None:
+    """Energy drawn over the chart's range, from its mean power per bucket; a missing bucket adds nothing."""
+    if not np.isfinite(power.watts).any():
+        return None
+    return float(np.nansum(power.watts)) * power.bucket_s / 3.6e6
+
+
+def rack_loads(power: query.RackPower, budgets_kw: dict[str, float], nameplate_w: dict[str, float]) -> list[RackLoad]:
+    """Each rack's newest power reading against its budget: configured ("cluster/rack" or "rack"), else
+    the sum of its GPUs' power limits. Racks with neither reading nor budget are left out."""
+    loads = []
+    for rack, watts in zip(power.racks, power.watts, strict=True):
+        seen = watts[~np.isnan(watts)]
+        budget = _budget_kw(rack, budgets_kw, nameplate_w)
+        if seen.size and budget:
+            loads.append(RackLoad(rack, float(seen[-1]) / 1000, budget))
+    return loads
 
 
 def load_grid(pool: ConnectionPool[Any], metric: str, range_key: str, level: str) -> Grid:
@@ -102,17 +151,20 @@ def load_power(pool: ConnectionPool[Any], range_key: str, budgets_kw: dict[str, 
     with pool.connection() as conn:
         power = query.rack_power(conn, window, rollup_bucket(conn, window, POWER_MAX_POINTS))
         nameplate = query.rack_nameplate_w(conn)
-    current = []
-    for watts in power.watts:
+    current: list[float | None] = []
+    budgets: list[float | None] = []
+    for rack, watts in zip(power.racks, power.watts, strict=True):
         seen = watts[~np.isnan(watts)]  # the newest bucket with a reading
         current.append(float(seen[-1]) / 1000 if seen.size else None)
-    budgets = []
-    for rack in power.racks:
-        configured = budgets_kw.get(rack, budgets_kw.get(rack.split("/", 1)[-1]))
-        budgets.append(
-            configured if configured is not None else (nameplate[rack] / 1000 if rack in nameplate else None)
-        )
+        budgets.append(_budget_kw(rack, budgets_kw, nameplate))
     return PowerData(power, power.racks, current, budgets)
+
+
+def _budget_kw(rack: str, budgets_kw: dict[str, float], nameplate_w: dict[str, float]) -> float | None:
+    configured = budgets_kw.get(rack, budgets_kw.get(rack.split("/", 1)[-1]))
+    if configured is not None:
+        return configured
+    return nameplate_w[rack] / 1000 if rack in nameplate_w else None
 
 
 @dataclass(frozen=True)

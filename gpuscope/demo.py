@@ -1,5 +1,9 @@
 """`gpuscope demo`: embedded PostgreSQL, collector, simulated exporters and dashboard in one process tree.
 
+The simulated cluster runs its everyday jobs, back-filled an hour into the past, plus a staged story
+(demo_scenario.py): a straggler in a training job, an idle job, an XID, a flapping link, a rack near
+its power budget.
+
 Everything binds 127.0.0.1. SIGINT or SIGTERM stops the parts in reverse order of start (exporters
 flush what they hold first), the PostgreSQL child last, and removes the temporary data directory.
 """
@@ -23,11 +27,13 @@ from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.signals import stop_on_signals
 from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.dashboard_process import build as build_dashboard
+from gpuscope.demo_scenario import Scenario, stage
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_topology
 
 log = logging.getLogger("gpuscope.demo")
 HOST = "127.0.0.1"
+DENSE_HISTORY_S = 30 * 60
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class DemoOptions:
     collector_port: int = 9410
     interval: float = 1.0
     backfill_minutes: float = 60.0
+    staged: bool = True  # the staged story (demo_scenario.py) on top of the everyday jobs
     data_dir: Path | None = None  # None: a temporary directory, removed at exit
 
 
@@ -64,29 +71,37 @@ def run_demo(options: DemoOptions) -> None:
         stack.callback(collector.stop)
         push_url = f"http://{HOST}:{collector.port}"
 
-        exporters = _simulated_exporters(options, push_url, token)
+        live_from = time.time()
+        exporters, scenario = _simulated_cluster(options, push_url, token, live_from)
         stack.callback(_stop_all, exporters)
-        _backfill(exporters, minutes=options.backfill_minutes)
+        _backfill(exporters, live_from, options.backfill_minutes, options.interval)
         for exporter in exporters:
             exporter.start()
-        staged = _stage_a_fault(exporters)
 
+        budgets = data_dir / "rack-budgets.yaml"
+        budgets.write_text("".join(f"{rack}: {kw:g}\n" for rack, kw in scenario.rack_budgets_kw.items()))
         dashboard_settings = DashboardSettings(
-            db=pg.dsn, listen=f"{HOST}:{options.dashboard_port}", collector_url=push_url
+            db=pg.dsn,
+            listen=f"{HOST}:{options.dashboard_port}",
+            collector_url=push_url,
+            rack_budgets_file=budgets,
         )
         dashboard = stack.enter_context(build_dashboard(dashboard_settings))
         dashboard.start()
         stack.callback(dashboard.stop)
 
         gpus = options.nodes * options.gpus_per_node
+        site = f"http://{HOST}:{dashboard.port}"
+        story = "".join(f"    - {event}\n" for event in scenario.events)
         print(
             f"gpuscope demo: {gpus} simulated GPUs on {options.nodes} nodes in {options.racks} racks\n"
-            f"  dashboard  http://{HOST}:{dashboard.port}\n"
-            f"  collector  {push_url}/docs\n"
+            f"  dashboard  {site}\n"
+            f"  alerts     {site}/alerts\n"
+            f"  collector  {push_url}/docs  (the HTTP API)\n"
             f"  data       {data_dir}{'' if options.data_dir else ' (temporary)'}\n"
-            f"  alerts     {push_url}/api/v1/alerts  (staged fault: {staged})\n"
             f"  admin      token for silences in {data_dir / 'admin-token'}\n"
-            "Press Ctrl-C to stop.",
+            + (f"  staged in the first minutes:\n{story}" if story else "")
+            + "Press Ctrl-C to stop.",
             flush=True,
         )
         stop.wait()
@@ -94,22 +109,16 @@ def run_demo(options: DemoOptions) -> None:
     print("gpuscope demo: stopped.", flush=True)
 
 
-def _stage_a_fault(exporters: list[NodeExporter]) -> str:
-    """A fan fails on one GPU, so the demo shows an alert going pending and then firing."""
-    exporter = exporters[min(3, len(exporters) - 1)]
-    source = exporter.source
-    assert isinstance(source, SimNodeSource)
-    gpu = min(5, len(source.gpus) - 1)
-    source.fail_cooling(gpu, 55.0)
-    return f"GPU {gpu} on {exporter.config.node} runs hot; GpuOverTemperature fires after 2 minutes"
-
-
-def _simulated_exporters(options: DemoOptions, push_url: str, token: str) -> list[NodeExporter]:
+def _simulated_cluster(
+    options: DemoOptions, push_url: str, token: str, live_from: float
+) -> tuple[list[NodeExporter], Scenario]:
     topology = build_topology(options.nodes, options.gpus_per_node, options.racks, cluster="demo")
     schedule = JobSchedule(topology, options.seed)
-    return [
+    sources = [SimNodeSource(node, schedule, options.seed) for node in topology]
+    scenario = stage(topology, schedule, sources, live_from) if options.staged else Scenario()
+    exporters = [
         NodeExporter(
-            SimNodeSource(node, schedule, options.seed),
+            source,
             ExporterConfig(
                 node.cluster,
                 node.rack,
@@ -121,25 +130,43 @@ def _simulated_exporters(options: DemoOptions, push_url: str, token: str) -> lis
             ),
             jobs=SimJobs(node, schedule),
         )
-        for node in topology
+        for node, source in zip(topology, sources, strict=True)
     ]
+    return exporters, scenario
 
 
-def _backfill(exporters: list[NodeExporter], minutes: float, step: float = 15.0) -> None:
-    """Simulated history, so the first page already shows jobs coming and going."""
+def _backfill(exporters: list[NodeExporter], until: float, minutes: float, interval: float) -> None:
+    """Simulated history up to `until`, so the first page already shows jobs coming and going. The last
+    half hour every 5 s, as the straggler watch samples, so the staged training job's baselines are
+    learnt from history as from live data; older history every 15 s, which is quicker to make. Then
+    the seconds that took, at the live interval, until history reaches the clock: live sampling must
+    begin where history ends, or the join reads as an outage across every GPU."""
     if minutes <= 0:
         return
     started = time.monotonic()
-    now = time.time()
-    for exporter in exporters:
-        t = now - minutes * 60
+    dense_from = until - DENSE_HISTORY_S
+    times = []
+    t = until - minutes * 60
+    while t < until:
+        times.append(t)
+        t += 5.0 if t >= dense_from else 15.0
+    _sample_at(exporters, times)
+    while (now := time.time()) - t > interval:
+        times = []
         while t < now:
+            times.append(t)
+            t += interval
+        _sample_at(exporters, times)
+    log.info("backfilled %.0f minutes of history in %.1fs", minutes, time.monotonic() - started)
+
+
+def _sample_at(exporters: list[NodeExporter], times: list[float]) -> None:
+    for exporter in exporters:
+        for t in times:
             exporter.sampler.sample_once(now=t)
-            t += step
         assert exporter.pusher is not None
         if not exporter.pusher.flush(time.monotonic() + 30):
             raise RuntimeError("the collector did not accept the simulated history")
-    log.info("backfilled %.0f minutes of history in %.1fs", minutes, time.monotonic() - started)
 
 
 def _stop_all(exporters: list[NodeExporter]) -> None:

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep
@@ -59,6 +59,12 @@ class FleetOut(BaseModel):
     total_power_w: float | None
     running_jobs: int
     nodes_known: int
+    gpus_unhealthy: int = Field(description="silent, down, a row remap pending or failed, or a critical XID in 10 min")
+    gpus_working: int = Field(description="in a job and active (SM activity, else utilisation, at least 5%)")
+    gpus_idle_in_job: int = Field(description="in a job and below 5% activity")
+    gpus_free: int = Field(description="in no job (and healthy)")
+    mean_sm_active_pct: float | None = Field(description="mean SM activity of the working GPUs")
+    mean_tensor_active_pct: float | None = Field(description="mean tensor-core activity of the working GPUs")
 
 
 def gpu_out(row: query.GpuRow) -> GpuOut:
@@ -140,7 +146,11 @@ def get_rack_power(pool: ReadPoolDep, time_range: TimeRangeDep, bucket_seconds: 
     return RackPowerOut(bucket_seconds=bucket, times=result.times, racks=result.racks, watts=nan_to_none(result.watts))
 
 
-@router.get("/fleet", response_model=FleetOut, summary="GPUs known, reporting and up; mean utilisation, total power")
+@router.get(
+    "/fleet",
+    response_model=FleetOut,
+    summary="GPUs known, reporting and up; what they are doing (working, idle in a job, free, unhealthy); power",
+)
 def get_fleet(pool: ReadPoolDep) -> FleetOut:
     with pool.connection() as conn:
         summary = query.fleet_summary(conn)

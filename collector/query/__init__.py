@@ -3,7 +3,7 @@ telemetry through it. Extensions keep their own state (the alert engine its aler
 the straggler watch its stragglers) and read the samples they work on with their own windowed SELECTs."""
 
 from gpuscope.collector.query.events import EventRow, events
-from gpuscope.collector.query.fleet import FleetSummary, fleet_summary
+from gpuscope.collector.query.fleet import FleetSummary, UnhealthyGpu, fleet_summary, unhealthy_gpus
 from gpuscope.collector.query.heatmap import Heatmap, Series, heatmap, series
 from gpuscope.collector.query.inventory import (
     GpuRow,
@@ -35,6 +35,7 @@ __all__ = [
     "Series",
     "StragglerRow",
     "TimeRange",
+    "UnhealthyGpu",
     "Usage",
     "bucket_for",
     "events",
@@ -57,4 +58,5 @@ __all__ = [
     "series",
     "source_bucket",
     "stragglers",
+    "unhealthy_gpus",
 ]

@@ -47,11 +47,14 @@ def cells_query(
     splits: Splits | None,
     gpu_ids: Sequence[int] | None = None,
 ) -> tuple[sql.Composed, dict[str, Any]]:
-    """SQL returning (gpu_id, bucket, mean) rows. `splits` None: raw samples only. `gpu_ids`: only these."""
+    """SQL returning (gpu_id, bucket, mean) rows. `splits` None: raw samples only. `gpu_ids`: only these.
+    The first bucket is read whole, from its aligned start before the range's: cut at the range's start,
+    it could hold no sample at all (with every GPU sampled in step, a blank first column)."""
+    first = time_range.buckets(bucket_s)[0]
     params: dict[str, Any] = {
         "bucket": timedelta(seconds=bucket_s),
         "origin": EPOCH,
-        "start": time_range.start,
+        "start": first,
         "end": time_range.end,
         "gpus": list(gpu_ids or []),
     }
@@ -63,11 +66,11 @@ def cells_query(
         " WHERE ts >= %(raw_lo)s AND ts < %(end)s{only}"
     ).format(m=m, only=only)
     if splits is None or metric not in RAW_TO_ROLLED or bucket_s % 60:
-        params["raw_lo"] = time_range.start
+        params["raw_lo"] = first
         return sql.SQL("SELECT gpu_id, b, avg(s) FROM ({raw}) AS cells GROUP BY 1, 2").format(raw=raw), params
 
     rolled = RAW_TO_ROLLED[metric]
-    start_minute = time_range.start.replace(second=0, microsecond=0)
+    start_minute = first.replace(second=0, microsecond=0)
     use_hours = bucket_s % 3600 == 0
     # Each tier starts where the coarser one stops, so no sample is counted twice.
     minute_lo = max(start_minute, splits.hour) if use_hours else start_minute
@@ -76,7 +79,7 @@ def cells_query(
         "hour_hi": splits.hour,
         "minute_lo": minute_lo,
         "minute_hi": max(splits.minute, minute_lo),
-        "raw_lo": max(splits.minute, time_range.start),
+        "raw_lo": max(splits.minute, first),
     }
 
     def rollup(table: str, lo: str, hi: str) -> sql.Composed:

@@ -36,9 +36,9 @@ def rack_power(conn: Connection[Any], time_range: TimeRange, bucket_s: int) -> R
         params = {
             "bucket": timedelta(seconds=bucket_s),
             "origin": EPOCH,
-            "start": time_range.start,
+            "start": time_range.buckets(bucket_s)[0],  # the first bucket whole, as cells_query reads it
             "end": time_range.end,
-            "split": max(split, time_range.start),
+            "split": max(split, time_range.buckets(bucket_s)[0]),
         }
         statement = sql.SQL(
             "SELECT rack, date_bin(%(bucket)s, minute, %(origin)s), avg(watts) FROM ("

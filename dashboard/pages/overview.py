@@ -1,5 +1,6 @@
-"""Fleet overview (/): GPUs up, utilisation, power, running jobs, firing alerts, and what needs
-attention first; a utilisation heatmap and power per rack below."""
+"""Fleet overview (/): what the GPUs are doing (working, idle in a job, free, unhealthy), how hard the
+working ones work, stragglers, energy, alerts; then what needs attention first, each item a link to
+its cause; an activity heatmap and power per rack below."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from urllib.parse import quote
 from dash import Dash, Input, Output, dcc, html
 
 from gpuscope.dashboard import data
-from gpuscope.dashboard.components import ago, badge, banner, guarded, nothing, query_params
+from gpuscope.dashboard.components import ago, badge, banner, guarded, node_href, nothing, query_params
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import heatmap_figure, message_figure, rack_power_figure
 
@@ -51,36 +52,98 @@ def register(app: Dash, ctx: Context) -> None:
     )
     @guarded(unreachable)
     def refresh(_: int | None, range_key: str) -> tuple[Any, ...]:
-        overview = data.load_overview(ctx.pool, _valid(range_key))
+        overview = data.load_overview(ctx.pool, _valid(range_key), ctx.options.rack_budgets_kw)
         status: Any = [] if overview.summary.gpus_known else banner("No data yet: no exporter has reported.", "empty")
         return (
             status,
-            summary_cards(overview.summary, len(overview.attention.alerts)),
+            headline(overview, len(overview.attention.alerts), _valid(range_key)),
             attention_list(overview.attention),
             heatmap_figure(overview.heatmap, revision=f"overview-{range_key}", height=420),
             rack_power_figure(overview.rack_power, revision=f"overview-{range_key}"),
         )
 
 
-def summary_cards(summary: Any, firing: int) -> list[Any]:
-    util = "n/a" if summary.mean_util_pct is None else f"{summary.mean_util_pct:.0f}%"
-    power = "n/a" if summary.total_power_w is None else f"{summary.total_power_w / 1000:.1f} kW"
-    cards = [
-        ("gpus-reporting", f"GPUs reporting: {summary.gpus_reporting} / {summary.gpus_known}"),
-        ("gpus-up", f"up: {summary.gpus_up}"),
-        ("mean-util", f"mean utilisation: {util}"),
-        ("total-power", f"total power: {power}"),
-        ("running-jobs", f"running jobs: {summary.running_jobs}"),
-        ("firing-alerts", f"firing alerts: {firing}"),
-    ]
-    style = {
-        "display": "inline-block",
-        "padding": "0.4em 0.9em",
-        "marginRight": "0.6em",
-        "background": "#f5f5f5",
-        "borderRadius": "4px",
+STATES = (  # id, label, colour, what it means
+    ("working", "working", "#2e7d32", "in a job and active"),
+    ("idle", "idle in a job", "#f9a825", "allocated, under 5% activity: wasted"),
+    ("free", "free", "#90a4ae", "in no job"),
+    ("unhealthy", "unhealthy", "#c62828", "silent, down, row remap pending or failed, or a critical XID"),
+)
+
+
+def headline(overview: data.OverviewData, firing: int, range_key: str) -> list[Any]:
+    """What the GPUs are doing as one bar, then the numbers an operator acts on, each linked to its page."""
+    summary = overview.summary
+    counts = {
+        "working": summary.gpus_working,
+        "idle": summary.gpus_idle_in_job,
+        "free": summary.gpus_free,
+        "unhealthy": summary.gpus_unhealthy,
     }
-    return [html.Span(text, id=key, style=style) for key, text in cards]
+    total = max(summary.gpus_known, 1)
+    bar = html.Div(
+        [
+            html.Div(
+                title=f"{counts[key]} {label}: {meaning}",
+                style={"width": f"{100 * counts[key] / total:.2f}%", "background": colour, "height": "100%"},
+            )
+            for key, label, colour, meaning in STATES
+            if counts[key]
+        ],
+        id="gpu-state-bar",
+        style={"display": "flex", "height": "14px", "borderRadius": "3px", "overflow": "hidden", "margin": "0.3em 0"},
+    )
+    legend = [
+        html.Span(
+            [html.B(f"{counts[key]}"), f" {label}"],
+            id=f"gpus-{key}",
+            title=meaning,
+            className="state",
+            style={"marginRight": "1.2em", "borderLeft": f"0.8em solid {colour}", "paddingLeft": "0.4em"},
+        )
+        for key, label, colour, meaning in STATES
+    ]
+    legend.append(html.Span(f"of {summary.gpus_known} GPUs", style={"color": "#666"}))
+    stragglers = len(overview.attention.stragglers)
+    cards = [
+        _card("activity", "activity of working GPUs", _activity(summary), "SM activity (tensor cores)"),
+        _card("stragglers", "stragglers", str(stragglers), "jobs slowed by one of their GPUs, NICs or hosts", "/jobs"),
+        _card("energy", f"energy, last {range_key}", _energy(overview.energy_kwh, summary.total_power_w), ""),
+        _card("running-jobs", "running jobs", str(summary.running_jobs), "", "/jobs"),
+        _card("firing-alerts", "firing alerts", str(firing), "", "/alerts"),
+        _card(
+            "gpus-reporting",
+            "GPUs reporting",
+            f"{summary.gpus_reporting} / {summary.gpus_known}",
+            f"mean utilisation {_pct(summary.mean_util_pct)}: busy-waiting counts as busy",
+        ),
+    ]
+    return [html.Div(legend, className="states"), bar, html.Div(cards, className="cards")]
+
+
+def _card(key: str, label: str, value: str, note: str, href: str | None = None) -> html.Div:
+    body = [html.Div(label, className="card-label"), html.Div(value, className="card-value", id=f"{key}-value")]
+    if note:
+        body.append(html.Div(note, className="card-note"))
+    content: Any = dcc.Link(body, href=href, className="card-link") if href else body
+    return html.Div(content, id=key, className="card")
+
+
+def _activity(summary: Any) -> str:
+    if summary.mean_sm_active_pct is None:
+        return "n/a"
+    tensor = "" if summary.mean_tensor_active_pct is None else f" ({summary.mean_tensor_active_pct:.0f}%)"
+    return f"{summary.mean_sm_active_pct:.0f}%{tensor}"
+
+
+def _energy(kwh: float | None, power_w: float | None) -> str:
+    energy = "n/a" if kwh is None else (f"{kwh / 1000:.2f} MWh" if kwh >= 10_000 else f"{kwh:,.0f} kWh")
+    now = "" if power_w is None else f", now {power_w / 1000:.1f} kW"
+    return energy + now
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
 
 
 def attention_list(attention: data.Attention) -> Any:
@@ -93,7 +156,9 @@ def attention_list(attention: data.Attention) -> Any:
                     badge(alert.severity),
                     " ",
                     dcc.Link(alert.alertname, href="/alerts"),
-                    f" {where} ",
+                    " ",
+                    dcc.Link(where, href=node_href(where)) if where else "",
+                    " ",
                     alert.annotations.get("summary", ""),
                     f" (since {ago(alert.fired_at)})",
                 ]
@@ -106,7 +171,34 @@ def attention_list(attention: data.Attention) -> Any:
                     badge("warning"),
                     " straggler in ",
                     dcc.Link(f"job {straggler.job_id}", href=f"/jobs/{quote(straggler.job_id, safe='')}"),
-                    f": {straggler.culprit}, {straggler.cause}, about {straggler.slowdown:.0%} slower",
+                    ": ",
+                    dcc.Link(straggler.culprit, href=node_href(straggler.node)),
+                    f", {straggler.cause}, about {straggler.slowdown:.0%} slower",
+                    f" (since {ago(straggler.started_at)})",
+                ]
+            )
+        )
+    for gpu in attention.unhealthy[:10]:
+        items.append(
+            html.Li(
+                [
+                    badge("critical"),
+                    " ",
+                    dcc.Link(gpu.node, href=node_href(gpu.node)),
+                    f" GPU {gpu.gpu_index}: {gpu.reason}",
+                ]
+            )
+        )
+    if len(attention.unhealthy) > 10:
+        items.append(html.Li(f"... and {len(attention.unhealthy) - 10} more unhealthy GPUs"))
+    for load in attention.racks_near_budget:
+        items.append(
+            html.Li(
+                [
+                    badge("warning" if load.share < 1 else "critical"),
+                    " ",
+                    dcc.Link(load.rack, href="/power"),
+                    f" draws {load.current_kw:.1f} kW, {load.share:.0%} of its {load.budget_kw:g} kW budget",
                 ]
             )
         )

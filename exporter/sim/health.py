@@ -74,7 +74,7 @@ class SimGpuHealth:
                 incident = INCIDENTS[choice]
                 if incident.needs_job and not job_running:
                     continue
-                self._record(gpu, incident)
+                self.record(gpu, incident)
                 if incident.nvlink:
                     link_faults.append(gpu)
         return tuple(link_faults)
@@ -105,7 +105,8 @@ class SimGpuHealth:
         """XID code -> events on GPU `gpu` since the exporter started (a copy: readings are frozen)."""
         return dict(self._xids[gpu])
 
-    def _record(self, gpu: int, incident: Incident) -> None:
+    def record(self, gpu: int, incident: Incident) -> None:
+        """The driver's marks of `incident` on GPU `gpu`: its XIDs, and its ECC and remap counters."""
         for xid in incident.xids:
             self._xids[gpu][xid] = self._xids[gpu].pop(xid, 0) + 1  # the last key is the latest XID
         if incident.uncorrectable:

@@ -6,6 +6,10 @@ but lower SM/tensor activity and power. Counters (energy, bytes) are integrated 
 source is deterministic for a given seed and sequence of read times. NVLink (nvlink.py) and the rare
 faults (health.py: XIDs, ECC, row remaps) draw from their own random streams, so adding them left every
 other reading as it was.
+
+Staged faults, for the demo: a GPU of a pinned job slowed by the schedule (its fan fails first, so it
+runs into thermal slowdown and its clocks drop while the other ranks wait for it), an XID incident on
+demand, and an InfiniBand port whose link goes down for a few seconds now and then (a flapping cable).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import uuid
 
 import numpy as np
 
-from gpuscope.exporter.sim.health import SimGpuHealth
+from gpuscope.exporter.sim.health import Incident, SimGpuHealth
 from gpuscope.exporter.sim.jobs import JobRun, JobSchedule
 from gpuscope.exporter.sim.nvlink import SimNvLink
 from gpuscope.exporter.sim.topology import NodeSpec
@@ -34,7 +38,10 @@ THERMAL_TAU_S = 20.0
 IB_LINE_RATE_GBPS = 400.0
 IB_MAX_BYTES_PER_S = IB_LINE_RATE_GBPS * 1e9 / 8
 IB_STATE_ACTIVE = 4.0
+IB_STATE_DOWN = 1.0
 IB_PHYS_LINK_UP = 5.0
+IB_PHYS_POLLING = 2.0
+IB_TRAFFIC_SHARE = 0.35  # of line rate, for a multi-node job's gradient exchange at its usual step rate
 CLOCK_EVENT_GPU_IDLE = 0x1
 CLOCK_EVENT_HW_THERMAL = 0x40
 SLOWDOWN_C = 90.0  # the GPU slows itself down here, which holds it a little above
@@ -44,6 +51,9 @@ PCIE_IDLE_BYTES_PER_S = 5e7  # host traffic: data loading and checkpoints come i
 PCIE_BUSY_BYTES_PER_S = 1.5e9
 DRIVER_VERSION = "570.124.06"  # as NVML words it; the backend's name says this is the simulator
 PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+FAN_FAILURE_C = 30.0  # a dead fan: busy at ~600 W, the GPU heads for ~100 C and slows itself at 90
+FAN_LEAD_S = 30.0  # the fan fails this long before the clocks drop: the time to heat up to slowdown
+IDLE_JOB_FB_SHARE = 0.35  # an idle job still holds its memory (a model loaded in a notebook)
 
 
 class SimNodeSource:
@@ -69,6 +79,12 @@ class SimNodeSource:
         self._throttled_thermal_s = np.zeros(node.gpus)
         self._nvlink = SimNvLink(seed, node.index, node.gpus)
         self._health = SimGpuHealth(seed, node.index, node.gpus)
+        self._clock_factor = np.ones(node.gpus)  # < 1 on a GPU slowed by a staged fault
+        self._slowdown = 1.0  # how much longer the current job's steps take than usual
+        self._flaps: dict[int, tuple[float, float, float]] = {}  # port -> (since, every_s, down_s)
+        self._ib_errors = {key: np.zeros(node.ib_ports) for key in ("symbol_errors", "link_downed", "recovery")}
+        self._port_down = np.zeros(node.ib_ports, dtype=bool)
+        self._due_incidents: list[tuple[float, int, Incident]] = []
 
     def fail_cooling(self, gpu: int, degrees: float) -> None:
         """Fault injection: GPU `gpu` runs `degrees` hotter from now on (0 repairs it). A dead fan is a
@@ -76,16 +92,39 @@ class SimNodeSource:
         self._temp[gpu] += degrees - self._cooling_loss_c[gpu]
         self._cooling_loss_c[gpu] = degrees
 
+    def inject_xid(self, at: float, gpu: int, xids: tuple[int, ...], uncorrectable: bool = False) -> None:
+        """Fault injection: at time `at`, the driver logs `xids` on GPU `gpu` (with an uncorrectable ECC
+        error and its row remap pending, if `uncorrectable`). Applied by the first read at or after `at`,
+        in the sampling thread, so readings never see half an incident."""
+        self._due_incidents.append((at, gpu, Incident(0.0, xids, uncorrectable=uncorrectable)))
+
+    def flap_port(self, port: int, since: float, every_s: float = 90.0, down_s: float = 6.0) -> None:
+        """Fault injection: from `since`, port `port`'s link drops for `down_s` every `every_s` seconds
+        and retrains, counting a link-down, a recovery and a burst of symbol errors each time."""
+        if not 0 < down_s < every_s:
+            raise ValueError("a flapping link must be down for less than its period")
+        self._flaps[port] = (since, every_s, down_s)
+
     def read(self, now: float) -> tuple[tuple[GpuReading, ...], tuple[PortReading, ...]]:
         dt = 0.0 if self._last_t is None else max(0.0, now - self._last_t)
         self._last_t = now
         job = self.schedule.job_at(self.node.index, now)
-        busy = self._compute_fraction(job, now) if job else None
+        running = job if job is not None and not job.idle else None
+        self._stage_fan_failure(running, now)
+        busy = self._compute_fraction(running, now) if running else None
         link_faults = self._health.advance(job is not None, dt)
-        self._nvlink.advance(job, busy, dt, link_faults)
-        gpus = self._read_gpus(job, busy, dt)
-        ports = self._read_ports(job, busy, dt)
+        for due in [d for d in self._due_incidents if d[0] <= now]:
+            self._due_incidents.remove(due)
+            self._health.record(due[1], due[2])
+        self._nvlink.advance(running, busy, dt, link_faults)
+        gpus = self._read_gpus(running, busy, dt, holding=job is not None)
+        ports = self._read_ports(running, busy, dt, now)
         return gpus, ports
+
+    def _stage_fan_failure(self, job: JobRun | None, now: float) -> None:
+        fault = self.schedule.slow_gpu_of(job, now + FAN_LEAD_S) if job else None
+        if fault is not None and fault.node == self.node.index and self._cooling_loss_c[fault.gpu] == 0:
+            self.fail_cooling(fault.gpu, FAN_FAILURE_C)
 
     def close(self) -> None:
         pass
@@ -100,9 +139,20 @@ class SimNodeSource:
         # Every rank waits for the slowest; the step jitter is shared so all nodes agree on it.
         step_jitter = 1.0 + 0.02 * _unit_hash(job.job_id, math.floor(now))
         step = job.step_seconds * (1.0 + job.heavy_rank_extra) * 1.02 * step_jitter + collective
+        self._clock_factor = np.ones(self.node.gpus)
+        fault = self.schedule.slow_gpu_of(job, now)
+        self._slowdown = 1.0 + (fault.severity if fault else 0.0)
+        if fault is not None:
+            step *= self._slowdown  # the slow GPU computes for the whole step, then exchanges
+            if fault.node == self.node.index:
+                slowed = step - collective
+                self._clock_factor[fault.gpu] = compute[fault.gpu] / slowed
+                compute[fault.gpu] = slowed
         return np.clip(compute / step, 0.0, 1.0)
 
-    def _read_gpus(self, job: JobRun | None, busy: np.ndarray | None, dt: float) -> tuple[GpuReading, ...]:
+    def _read_gpus(
+        self, job: JobRun | None, busy: np.ndarray | None, dt: float, holding: bool
+    ) -> tuple[GpuReading, ...]:
         n = self.node.gpus
         noise = self._rng.normal(0.0, 1.0, (6, n))
         if job is None or busy is None:
@@ -112,7 +162,7 @@ class SimNodeSource:
             mem_copy = np.zeros(n)
             power = IDLE_POWER_W + 2.0 * noise[0]
             sm_clock = np.full(n, IDLE_SM_CLOCK_MHZ)
-            fb_used = np.full(n, 4.0 * 2**20)
+            fb_used = np.full(n, IDLE_JOB_FB_SHARE * FB_TOTAL_BYTES if holding else 4.0 * 2**20)
             reasons = CLOCK_EVENT_GPU_IDLE
         else:
             util = np.clip(98.5 + 1.0 * noise[1], 90.0, 100.0)
@@ -121,7 +171,7 @@ class SimNodeSource:
             mem_copy = 35 * busy * job.intensity + noise[4]
             power = IDLE_POWER_W + (POWER_LIMIT_W - IDLE_POWER_W) * (0.25 + 0.7 * job.intensity * busy)
             power = power + 6.0 * noise[0]
-            sm_clock = MAX_SM_CLOCK_MHZ - np.abs(15.0 * noise[5])
+            sm_clock = MAX_SM_CLOCK_MHZ * self._clock_factor - np.abs(15.0 * noise[5])
             fb_used = np.full(n, (0.72 + 0.2 * _unit_hash(job.job_id, 0) ** 2) * FB_TOTAL_BYTES)
             reasons = 0
         power = np.clip(power, 20.0, POWER_LIMIT_W)
@@ -173,15 +223,20 @@ class SimNodeSource:
             readings.append(GpuReading(gpu=gpu, up=True, values=values, links=links, xid_counts=xids))
         return tuple(readings)
 
-    def _read_ports(self, job: JobRun | None, busy: np.ndarray | None, dt: float) -> tuple[PortReading, ...]:
+    def _read_ports(
+        self, job: JobRun | None, busy: np.ndarray | None, dt: float, now: float
+    ) -> tuple[PortReading, ...]:
         n = self.node.ib_ports
         if n == 0:
             return ()
         if job is not None and busy is not None and job.ranks > 1:
-            share = 0.35 * float(1.0 - busy.mean()) / 0.2  # traffic flows while ranks sit in the collective
+            # The same gradients every step: a job slowed down sends fewer bytes per second.
+            share = IB_TRAFFIC_SHARE / self._slowdown
             rate = IB_MAX_BYTES_PER_S * np.clip(share + self._rng.normal(0, 0.02, n), 0.0, 0.95)
         else:
             rate = np.full(n, 2e6)  # background storage and control traffic
+        down = self._flapping_down(now)
+        rate = np.where(down, 0.0, rate)
         self._ib["xmit_bytes"] += rate * dt
         self._ib["rcv_bytes"] += rate * dt * 0.98
         self._ib["xmit_wait"] += (rate / IB_MAX_BYTES_PER_S) * 5e4 * dt
@@ -195,17 +250,30 @@ class SimNodeSource:
                 "xmit_packets": float(xmit // 4096),
                 "rcv_packets": float(rcv // 4096),
                 "xmit_wait": float(math.floor(self._ib["xmit_wait"][i])),
-                "symbol_errors": 0.0,
-                "link_downed": 0.0,
+                "symbol_errors": float(self._ib_errors["symbol_errors"][i]),
+                "link_downed": float(self._ib_errors["link_downed"][i]),
                 "rcv_errors": 0.0,
-                "state": IB_STATE_ACTIVE,
-                "phys_state": IB_PHYS_LINK_UP,
-                "link_error_recovery": 0.0,
+                "state": IB_STATE_DOWN if down[i] else IB_STATE_ACTIVE,
+                "phys_state": IB_PHYS_POLLING if down[i] else IB_PHYS_LINK_UP,
+                "link_error_recovery": float(self._ib_errors["recovery"][i]),
                 "xmit_discards": 0.0,
                 "rate_gbps": IB_LINE_RATE_GBPS,
             }
             readings.append(PortReading(port=port, values=values))
         return tuple(readings)
+
+    def _flapping_down(self, now: float) -> np.ndarray:
+        """Which ports are down now; counts each drop (link downed, a recovery, symbol errors)."""
+        down = np.zeros(self.node.ib_ports, dtype=bool)
+        for port, (since, every_s, down_s) in self._flaps.items():
+            down[port] = now >= since and (now - since) % every_s < down_s
+        dropped = down & ~self._port_down
+        self._ib_errors["link_downed"] += dropped
+        self._ib_errors["recovery"] += dropped
+        if dropped.any():  # drawn only then: a node without a flapping port keeps its random stream
+            self._ib_errors["symbol_errors"] += np.where(dropped, self._rng.integers(20, 200, self.node.ib_ports), 0)
+        self._port_down = down
+        return down
 
 
 class SimJobs:

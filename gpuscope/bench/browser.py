@@ -3,6 +3,7 @@ browser tests and benchmark: console errors collected, screenshots kept as test 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import shutil
 import tempfile
@@ -10,6 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"  # the checkout's root
 FLAGS = (
@@ -95,9 +98,21 @@ def screenshot(driver: Any, name: str) -> Path:
 
 
 def graph_data(driver: Any, graph_id: str) -> list[dict[str, Any]]:
-    """The traces Plotly drew in a dcc.Graph, read from the page."""
-    return driver.execute_script(
+    """The traces Plotly drew in a dcc.Graph, read from the page; numeric arrays as lists."""
+    traces = driver.execute_script(
         "const el = document.getElementById(arguments[0]).querySelector('.js-plotly-plot');"
-        "return el.data.map(t => ({type: t.type, y: t.y, name: t.name}));",
+        "return el.data.map(t => ({type: t.type, x: t.x, y: t.y, z: t.z, name: t.name}));",
         graph_id,
     )
+    return [{key: _plain(value) for key, value in trace.items()} for trace in traces]
+
+
+def _plain(value: Any) -> Any:
+    """Plotly sends numpy arrays as {"dtype", "bdata" (base64), "shape"}; everything else as it is."""
+    if not (isinstance(value, dict) and "bdata" in value):
+        return value
+    array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+    shape = value.get("shape")
+    if shape:
+        array = array.reshape([int(n) for n in str(shape).split(",")])
+    return array.tolist()

@@ -131,6 +131,13 @@ def test_events_and_fleet(loaded: Loaded) -> None:
         "total_power_w": pytest.approx(828.0),
         "running_jobs": fleet["running_jobs"],
         "nodes_known": 1,
+        # j1 holds GPUs 0-3: GPU 0 at 0% is idle in it, GPU 2 had an XID 79 eight minutes ago; j2 ended.
+        "gpus_unhealthy": 1,
+        "gpus_working": 2,
+        "gpus_idle_in_job": 1,
+        "gpus_free": 4,
+        "mean_sm_active_pct": None,
+        "mean_tensor_active_pct": None,
     }
     with psycopg.connect(loaded.collector.dsn) as conn:
         running = conn.execute("SELECT count(DISTINCT job_id) FROM job_allocation WHERE ended_at IS NULL").fetchone()
