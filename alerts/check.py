@@ -3,14 +3,21 @@
 Each query is planned (LIMIT 0) in a read-only transaction over schema `alerting`, on the given
 database or on a private PostgreSQL started for the check, so a misspelt view or column, a missing
 `value` or a non-numeric one is found before the rule is deployed.
+
+A Prometheus rules file has the same shape with PromQL in `expr` (gpuscope ships one for Prometheus
+sites, deploy/prometheus/): promql_rules() finds it first, so it is named as such rather than reported
+as SQL syntax errors.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
+import yaml
 from psycopg import sql
 
 from gpuscope.alerts import views
@@ -60,3 +67,41 @@ def scratch_database() -> Iterator[str]:
         migrate(server.dsn)
         views.apply(server.dsn)
         yield server.dsn
+
+
+# A gpuscope rule is one SELECT (or WITH ... SELECT), maybe after comments or an opening parenthesis.
+_SQL_START = re.compile(r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*(?:select|with|values|table)\b", re.I | re.S)
+# Shapes only PromQL has. Looked for only in an expr that does not start as SQL, so a misspelt SELECT
+# without any of them still gets its SQL error.
+_PROMQL_SHAPE = re.compile(
+    r"""[A-Za-z_:][\w:]*\s*\{[^}]*\}                    # a selector: metric{label="x"}
+      | \[\s*\d+(?:ms|[smhdwy])                          # a range or subquery: [5m]
+      | \b(?:by|without|on|ignoring)\s*\(                # aggregation and vector matching
+      | \bgroup_(?:left|right)\b
+      | \b(?:rate|irate|increase|delta|idelta|deriv|changes|resets|absent|predict_linear
+           |histogram_quantile|label_replace|label_join|\w+_over_time)\s*\(
+      | ^\s*[A-Za-z_:][\w:]*\s*(?:==|!=|>=|<=|>|<)\s*-?\d           # a metric compared: up == 0""",
+    re.X | re.S,
+)
+
+
+def is_promql(expr: str) -> bool:
+    """Whether a rule's expr is PromQL rather than gpuscope's SQL."""
+    return not _SQL_START.match(expr) and bool(_PROMQL_SHAPE.search(expr))
+
+
+def promql_rules(path: Path) -> list[str]:
+    """The rules (alerting or recording) of a rules file whose expr is PromQL, by name; [] for gpuscope's
+    SQL rules, and for a file that cannot be read or parsed (loading it reports that)."""
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    groups = doc.get("groups") if isinstance(doc, dict) else None
+    found = []
+    for group in groups if isinstance(groups, list) else []:
+        rules = group.get("rules") if isinstance(group, dict) else None
+        for rule in rules if isinstance(rules, list) else []:
+            if isinstance(rule, dict) and isinstance(rule.get("expr"), str) and is_promql(rule["expr"]):
+                found.append(str(rule.get("alert") or rule.get("record") or "?"))
+    return found

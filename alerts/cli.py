@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+# Where `alerts silence` finds a collector when not told: the port `gpuscope collector` and the demo use.
+DEFAULT_COLLECTOR = "http://127.0.0.1:9410"
 
 
 def add_parser(commands: Any) -> None:
@@ -22,7 +26,7 @@ def add_parser(commands: Any) -> None:
     check.set_defaults(run=_check)
 
     notify = sub.add_parser("test-notify", help="send one sample alert and print the HTTP outcome")
-    notify.add_argument("--kind", required=True, choices=_kinds())
+    notify.add_argument("--kind", required=True, choices=_kinds(), help="the chat service or webhook format")
     url = notify.add_mutually_exclusive_group(required=True)
     url.add_argument("--url", help="webhook URL (visible to other local users: prefer --url-file)")
     url.add_argument("--url-file", type=Path, help="file holding the webhook URL")
@@ -34,15 +38,20 @@ def add_parser(commands: Any) -> None:
     for name, help_text in (("add", "mute matching alerts for a while"), ("expire", "end a silence now"),
                             ("list", "show active silences")):  # fmt: skip
         p = silence_sub.add_parser(name, help=help_text)
-        p.add_argument("--collector", default="http://127.0.0.1:9410", help="collector base URL")
+        p.add_argument(
+            "--collector",
+            metavar="URL",
+            default=DEFAULT_COLLECTOR,
+            help=f"collector base URL (default {DEFAULT_COLLECTOR})",
+        )
         p.add_argument("--token-file", type=Path, help="admin token (add, expire) or read token (list)")
         if name == "add":
             p.add_argument("-m", "--matcher", action="append", required=True, help="e.g. node=gpu-07 (repeatable)")
             p.add_argument("--duration", default="2h", help="how long, e.g. 30m, 2h (default 2h)")
             p.add_argument("--comment", default="", help="why")
-            p.add_argument("--created-by", default="cli")
+            p.add_argument("--created-by", default="cli", help="who made it, shown with the silence (default cli)")
         if name == "expire":
-            p.add_argument("id", type=int)
+            p.add_argument("id", type=int, help="the silence's id (see `silence list`)")
         if name == "list":
             p.add_argument("--all", action="store_true", help="include expired silences")
         p.set_defaults(run=_silence)
@@ -53,10 +62,19 @@ def _kinds() -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from gpuscope.alerts.check import check_sql, scratch_database
+    from gpuscope.alerts.check import check_sql, promql_rules, scratch_database
     from gpuscope.alerts.config import ConfigError, load_notify_config
     from gpuscope.alerts.rules import RulesError, load_rules_file
 
+    promql = promql_rules(args.rules)
+    if promql:
+        print(
+            f"{args.rules} is a Prometheus rules file (PromQL, e.g. rule {promql[0]}): check it with "
+            f"`promtool check rules {args.rules}`; `gpuscope alerts check` reads gpuscope's own rules, "
+            "written in SQL (see docs/alerts.md).",
+            file=sys.stderr,
+        )
+        return 1
     try:
         groups = load_rules_file(args.rules)
     except RulesError as exc:
@@ -137,23 +155,38 @@ def _silence(args: argparse.Namespace) -> int:
     import httpx
 
     from gpuscope.alerts.duration import parse_duration
+    from gpuscope.core.tokens import read_token_file
 
+    if not args.collector.startswith(("http://", "https://")):
+        raise ValueError(f"--collector must be a URL starting with http:// or https://, got {args.collector!r}")
     headers = {}
     if args.token_file:
-        headers["Authorization"] = f"Bearer {args.token_file.read_text(encoding='utf-8').strip()}"
+        headers["Authorization"] = f"Bearer {read_token_file(args.token_file)}"
     base = args.collector.rstrip("/") + "/api/v1/silences"
     with httpx.Client(headers=headers, timeout=10) as client:
-        if args.silence_command == "add":
-            seconds = parse_duration(args.duration, "--duration")
-            body = {"matchers": args.matcher, "duration_s": seconds, "comment": args.comment,
-                    "created_by": args.created_by}  # fmt: skip
-            response = client.post(base, json=body)
-        elif args.silence_command == "expire":
-            response = client.delete(f"{base}/{args.id}")
-        else:
-            response = client.get(base, params={"all": "true"} if args.all else None)
+        try:
+            if args.silence_command == "add":
+                seconds = parse_duration(args.duration, "--duration")
+                body = {"matchers": args.matcher, "duration_s": seconds, "comment": args.comment,
+                        "created_by": args.created_by}  # fmt: skip
+                response = client.post(base, json=body)
+            elif args.silence_command == "expire":
+                response = client.delete(f"{base}/{args.id}")
+            else:
+                response = client.get(base, params={"all": "true"} if args.all else None)
+        except httpx.TransportError as exc:
+            # The default URL is a guess at a local collector: say which one was tried and how to name another.
+            raise RuntimeError(
+                f"cannot reach a collector at {args.collector} ({_reason(exc)}): start one, or pass --collector URL"
+            ) from None
     if response.status_code >= 300:
         print(f"HTTP {response.status_code}: {response.text.strip()[:500]}", file=sys.stderr)
         return 1
     print(json.dumps(response.json(), indent=2))
     return 0
+
+
+def _reason(exc: Exception) -> str:
+    """httpx's reason in words: "Connection refused", not "[Errno 111] Connection refused"."""
+    text = str(exc).strip() or type(exc).__name__
+    return re.sub(r"^\[Errno -?\d+\]\s*", "", text)

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpuscope.alerts import cli as alerts_cli
+from gpuscope.core.listen import parse_listen
 from gpuscope.core.logredact import configure_logging
+from gpuscope.core.ports import PortInUse, ensure_free
 from gpuscope.core.tokens import dsn_with_password_file
 
 
@@ -183,11 +185,18 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--listen", default="127.0.0.1:8050", help="HOST:PORT (default 127.0.0.1:8050)")
     dashboard.add_argument(
         "--db",
-        default=os.environ.get("GPUSCOPE_DASHBOARD_DB"),
         help="PostgreSQL DSN of the collector's database, a read replica will do (default: $GPUSCOPE_DASHBOARD_DB)",
     )
     dashboard.add_argument(
         "--db-password-file", type=Path, help="the database password, kept out of the DSN and the command line"
+    )
+    dashboard.add_argument(
+        "--data-dir",
+        type=Path,
+        help="instead of --db: the embedded database of the collector running with this --data-dir (same host)",
+    )
+    dashboard.add_argument(
+        "--workers", type=_positive_int, default=2, help="gunicorn worker processes, 4 threads each (default 2)"
     )
     dashboard.add_argument("--collector", metavar="URL", help="collector base URL: silences are managed through it")
     dashboard.add_argument("--basic-auth-file", type=Path, help="require a login: 'user:pbkdf2_sha256$...' lines")
@@ -241,8 +250,12 @@ def _run_bench(args: argparse.Namespace) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> None:
-    from gpuscope.demo import DemoOptions, run_demo
+    from gpuscope.demo import HOST, DemoOptions, run_demo
 
+    if args.dashboard_port == args.collector_port != 0:
+        raise ValueError(f"--dashboard-port and --collector-port are both {args.dashboard_port}: give two ports")
+    for port in (args.dashboard_port, args.collector_port):
+        _ensure_free(HOST, port, "another gpuscope demo?", "--dashboard-port/--collector-port")
     run_demo(
         DemoOptions(
             nodes=args.nodes,
@@ -290,7 +303,9 @@ def _run_collector(args: argparse.Namespace) -> int:
         }.items()
         if value is not None
     }
-    return collector_process.run(collector_process.CollectorSettings(**overrides))
+    settings = collector_process.CollectorSettings(**overrides)
+    _ensure_free(*parse_listen(settings.listen), "another gpuscope collector?", "--listen HOST:PORT")
+    return collector_process.run(settings)
 
 
 def _run_dashboard(args: argparse.Namespace) -> None:
@@ -302,18 +317,47 @@ def _run_dashboard(args: argparse.Namespace) -> None:
 
         print(hash_password(getpass.getpass("password: ")))
         return
-    if not args.db:
-        raise ValueError("--db DSN is required (the collector's database, or a replica of it)")
+    db = _dashboard_dsn(args)
+    _ensure_free(*parse_listen(args.listen), "another gpuscope dashboard?", "--listen HOST:PORT")
     dashboard_process.run(
         dashboard_process.DashboardSettings(
-            db=dsn_with_password_file(args.db, args.db_password_file),
+            db=db,
             listen=args.listen,
             collector_url=args.collector,
             basic_auth_file=args.basic_auth_file,
             rack_budgets_file=args.rack_budgets,
             max_body_bytes=args.max_body_bytes,
+            workers=args.workers,
         )
     )
+
+
+def _dashboard_dsn(args: argparse.Namespace) -> str:
+    """The database the dashboard reads: --db (or $GPUSCOPE_DASHBOARD_DB), or a collector's embedded one."""
+    if args.data_dir is None:
+        db = args.db or os.environ.get("GPUSCOPE_DASHBOARD_DB")
+        if not db:
+            raise ValueError(
+                "--db DSN is required (the collector's database, or a replica of it), or --data-dir DIR"
+                " for the embedded database of a collector on this host"
+            )
+        return dsn_with_password_file(db, args.db_password_file)
+    from gpuscope.core.embedded_pg import running_dsn
+
+    if args.db is not None:
+        raise ValueError("--db and --data-dir both say where the database is: give one of them")
+    if args.db_password_file is not None:
+        where = args.data_dir
+        raise ValueError(f"--db-password-file goes with --db: with --data-dir the password is read from {where}")
+    return running_dsn(args.data_dir)
+
+
+def _ensure_free(host: str, port: int, guess: str, options: str) -> None:
+    """Fail before starting anything when something listens on host:port, naming the port and the way out."""
+    try:
+        ensure_free(host, port)
+    except PortInUse as exc:
+        raise OSError(f"{exc} ({guess}): stop it, or pass {options}") from None
 
 
 def _positive_int(text: str) -> int:

@@ -1,4 +1,5 @@
-"""The dashboard process: its settings, build() that opens the read pool and makes the server, run()."""
+"""The dashboard process: its settings, build() that makes the in-process server of the demo and the
+tests, and run() that serves `gpuscope dashboard` with gunicorn. Both make the app the same way."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from flask import Flask
+from psycopg_pool import ConnectionPool
 
 from gpuscope.core.listen import parse_listen
 from gpuscope.core.pools import open_read_pool
 from gpuscope.dashboard.app import create_app
-from gpuscope.dashboard.auth import read_users
+from gpuscope.dashboard.auth import UsersFile, read_users
 from gpuscope.dashboard.context import DashboardOptions, read_rack_budgets
-from gpuscope.dashboard.server import DashboardServer
+from gpuscope.dashboard.server import THREADS_PER_WORKER, DashboardServer, serve_with_gunicorn
 
 # A web UI with logins off by default: loopback unless the operator says otherwise.
 DEFAULT_LISTEN = "127.0.0.1:8050"
@@ -28,11 +33,44 @@ class DashboardSettings:
     rack_budgets_file: Path | None = None  # YAML: rack (or cluster/rack) -> budget in kW
     refresh_ms: int | None = None  # None: the dashboard's default
     max_body_bytes: int | None = None  # None: the dashboard's default (1 MiB)
+    workers: int = 2  # gunicorn worker processes (run() only; build() serves in this process)
 
 
 @contextlib.contextmanager
 def build(settings: DashboardSettings) -> Iterator[DashboardServer]:
     """The dashboard server (not yet serving) for as long as the context lasts; files are read now."""
+    options, users = _read_files(settings)
+    host, port = parse_listen(settings.listen)
+    pool = _open_pool(settings.db)
+    try:
+        yield DashboardServer(create_app(pool, options, users), host, port)
+    finally:
+        pool.close()
+
+
+def run(settings: DashboardSettings) -> None:
+    """Serve with gunicorn until SIGINT or SIGTERM: settings.workers processes, each with its own app
+    and read pool. Files are read here first, so a broken one stops the start in one line."""
+    options, users = _read_files(settings)
+    host, port = parse_listen(settings.listen)
+    pools: list[ConnectionPool[Any]] = []  # this worker's, once forked
+
+    def load_app() -> Flask:
+        pools.append(_open_pool(settings.db))
+        return create_app(pools[-1], options, users).server
+
+    def close_pools() -> None:
+        while pools:
+            pools.pop().close()
+
+    def say_where(bound_port: int) -> None:
+        login = " (login required)" if settings.basic_auth_file else ""
+        print(f"gpuscope dashboard on http://{host}:{bound_port}{login}", flush=True)
+
+    serve_with_gunicorn(load_app, host, port, settings.workers, on_ready=say_where, on_worker_exit=close_pools)
+
+
+def _read_files(settings: DashboardSettings) -> tuple[DashboardOptions, UsersFile | None]:
     options = DashboardOptions(
         collector_url=settings.collector_url,
         rack_budgets_kw=read_rack_budgets(settings.rack_budgets_file) if settings.rack_budgets_file else {},
@@ -42,17 +80,9 @@ def build(settings: DashboardSettings) -> Iterator[DashboardServer]:
     if settings.max_body_bytes is not None:
         options = dataclasses.replace(options, max_body_bytes=settings.max_body_bytes)
     users = read_users(settings.basic_auth_file) if settings.basic_auth_file else None
-    host, port = parse_listen(settings.listen)
-    pool = open_read_pool(settings.db, max_size=4, timeout=3.0, wait=False)  # up even while the database is not
-    try:
-        yield DashboardServer(create_app(pool, options, users), host, port)
-    finally:
-        pool.close()
+    return options, users
 
 
-def run(settings: DashboardSettings) -> None:
-    with build(settings) as server:
-        host, _ = parse_listen(settings.listen)
-        login = " (login required)" if settings.basic_auth_file else ""
-        print(f"gpuscope dashboard on http://{host}:{server.port}{login}", flush=True)
-        server.serve_forever()
+def _open_pool(dsn: str) -> ConnectionPool[Any]:
+    # A connection per thread of a gunicorn worker; up even while the database is not.
+    return open_read_pool(dsn, max_size=THREADS_PER_WORKER, timeout=3.0, wait=False)

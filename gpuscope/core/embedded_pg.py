@@ -3,6 +3,10 @@
 It listens on 127.0.0.1 only, with a generated password, runs as a child of this process (in its own
 session, so a Ctrl-C in the terminal reaches us first and we stop it last) and is also told to shut
 down if this process dies (Linux parent-death signal), so it never outlives us.
+
+The data directory holds `pgdata/`, `pg-password` (0600) and `pg-dsn`: the address without the
+password (0600 too), so that other processes of the same user find the server (running_dsn(), e.g.
+`gpuscope dashboard --data-dir`). A restart listens on the recorded port again when it is free.
 """
 
 from __future__ import annotations
@@ -22,15 +26,20 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
 from gpuscope.core.listen import free_loopback_port
+from gpuscope.core.ports import ensure_free
+from gpuscope.core.tokens import dsn_with_password_file
 
 log = logging.getLogger(__name__)
 
 SUPERUSER = "gpuscope"
 DATABASE = "gpuscope"
+PASSWORD_FILE = "pg-password"  # noqa: S105 - a file name, not a password
+DSN_FILE = "pg-dsn"
 PG_SYSTEM_USER = "postgres"  # initdb and postgres refuse to run as root
 INSTALL_HINT = (
     "PostgreSQL server binaries (initdb, postgres) were not found on PATH, in /usr/lib/postgresql/*/bin "
@@ -77,7 +86,7 @@ class EmbeddedPostgres:
         self.pgdata = data_dir / "pgdata"
         self.settings = settings or {}
         self.port: int | None = None
-        self._password_file = data_dir / "pg-password"
+        self._password_file = data_dir / PASSWORD_FILE
         self._log_path = data_dir / "postgres.log"
         self._process: subprocess.Popen[bytes] | None = None
         self._user = _server_user()
@@ -98,7 +107,8 @@ class EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb(bin_dir)
-        self.port = self.port or free_loopback_port()  # a restart keeps its address: clients reconnect to it
+        # A restart keeps its address, so clients reconnect to it.
+        self.port = self.port or self._recorded_port() or free_loopback_port()
         args = [
             str(bin_dir / "postgres"),
             "-D",
@@ -125,6 +135,7 @@ class EmbeddedPostgres:
         log_file.close()
         self._wait_ready(timeout)
         self._ensure_database()
+        self._record_address()
         log.info("embedded PostgreSQL %s running from %s", self.redacted_dsn, self.pgdata)
         return self.dsn
 
@@ -221,6 +232,25 @@ class EmbeddedPostgres:
             if not exists:
                 conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(DATABASE)))
 
+    def _record_address(self) -> None:
+        path = self.data_dir / DSN_FILE
+        partial = path.with_name(f".{DSN_FILE}.new")
+        partial.unlink(missing_ok=True)
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+            file.write(f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}\n")
+        partial.replace(path)  # readers see the old address or the new one, never half of one
+
+    def _recorded_port(self) -> int | None:
+        """The port of this directory's last server, if it is free now."""
+        port = _port_of(self.data_dir / DSN_FILE)
+        if port is None:
+            return None
+        try:
+            ensure_free("127.0.0.1", port)
+        except OSError:
+            return None
+        return port
+
     def _dsn_for(self, database: str) -> str:
         return self.dsn.rsplit("/", 1)[0] + "/" + database
 
@@ -229,6 +259,37 @@ class EmbeddedPostgres:
             return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no server log)"
+
+
+def running_dsn(data_dir: Path) -> str:
+    """The DSN, password included, of the embedded server a process (a collector without --db) runs in
+    `data_dir`; EmbeddedPostgresError in one line when there is none or it does not answer."""
+    start_one = f"start `gpuscope collector --data-dir {data_dir}` (without --db) first"
+    try:
+        address = (data_dir / DSN_FILE).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise EmbeddedPostgresError(
+            f"no embedded database in {data_dir} (cannot read {DSN_FILE}: {exc.strerror}): {start_one}"
+        ) from None
+    dsn = dsn_with_password_file(address, data_dir / PASSWORD_FILE)
+    try:
+        psycopg.connect(dsn, connect_timeout=5).close()
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "refused" in reason.lower():
+            raise EmbeddedPostgresError(
+                f"no database is running in {data_dir} (nothing answers at {address}): {start_one}"
+            ) from None
+        raise EmbeddedPostgresError(f"cannot connect to the embedded database in {data_dir}: {reason}") from None
+    return dsn
+
+
+def _port_of(dsn_file: Path) -> int | None:
+    try:
+        port = urlsplit(dsn_file.read_text(encoding="utf-8").strip()).port
+    except (OSError, ValueError):
+        return None
+    return port
 
 
 @contextlib.contextmanager
