@@ -22,15 +22,30 @@ NAV = (("/", "Overview"), ("/heatmap", "Heatmap"), ("/power", "Power"), ("/jobs"
 
 
 def nav() -> html.Nav:
+    search = dcc.Input(
+        id="nav-search",
+        type="search",
+        placeholder="node, job, user or GPU UUID",
+        debounce=True,
+        style={"marginLeft": "auto", "width": "16em"},
+    )
     return html.Nav(
         [html.Strong("gpuscope", style={"marginRight": "1.5em"})]
-        + [dcc.Link(label, href=href, id=f"nav-{label.lower()}", style={"marginRight": "1em"}) for href, label in NAV],
-        style={"padding": "0.6em 0", "borderBottom": "1px solid #ddd", "marginBottom": "0.8em"},
+        + [dcc.Link(label, href=href, id=f"nav-{label.lower()}", style={"marginRight": "1em"}) for href, label in NAV]
+        + [search],
+        style={
+            "display": "flex",
+            "alignItems": "center",
+            "padding": "0.6em 0",
+            "borderBottom": "1px solid #ddd",
+            "marginBottom": "0.8em",
+        },
     )
 
 
-def node_href(node: str) -> str:
-    return f"/node/{quote(node, safe='')}"
+def node_href(node: str, gpu: int | str | None = None) -> str:
+    """The node's page, on one of its GPUs if given."""
+    return f"/node/{quote(node, safe='')}" + ("" if gpu is None else f"?gpu={quote(str(gpu), safe='')}")
 
 
 def job_href(job_id: str) -> str:

@@ -11,9 +11,10 @@ from psycopg_pool import ConnectionPool
 
 from gpuscope.alerts import reads as alert_reads
 from gpuscope.collector import query
+from gpuscope.dashboard import time_ranges
 from gpuscope.dashboard.grid import Grid, choose_level, coarsen, to_grid
 
-RANGES_S = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
+RANGES_S = time_ranges.PRESETS_S
 HEATMAP_MAX_COLUMNS = 180
 POWER_MAX_POINTS = 240
 SERIES_MAX_POINTS = 240
@@ -21,9 +22,8 @@ OVERVIEW_GPU_ROWS_MAX = 256
 
 
 def time_range(range_key: str) -> query.TimeRange:
-    if range_key not in RANGES_S:
-        raise ValueError(f"unknown range {range_key!r}; one of {list(RANGES_S)}")
-    return query.last(RANGES_S[range_key])
+    """A preset or a custom span (dashboard/time_ranges.py); ValueError in words."""
+    return time_ranges.parse(range_key)
 
 
 # A rack drawing this share of its budget is worth a look before it trips: electrical codes hold
@@ -79,6 +79,8 @@ def load_overview(
         level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
         grid_bucket, power_bucket = rollup_buckets(conn, window, HEATMAP_MAX_COLUMNS, POWER_MAX_POINTS)
         grid = _grid(conn, OVERVIEW_METRIC, window, grid_bucket, level, summary.gpus_known, summary.nodes_known)
+        if not np.isfinite(grid.values).any():  # GPUs without SM activity (no DCGM profiling): utilisation
+            grid = _grid(conn, "util_pct", window, grid_bucket, level, summary.gpus_known, summary.nodes_known)
         power = query.rack_power(conn, window, power_bucket)
         nameplate = query.rack_nameplate_w(conn)
     loads = rack_loads(power, budgets_kw or {}, nameplate)

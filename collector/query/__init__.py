@@ -60,3 +60,60 @@ __all__ = [
     "stragglers",
     "unhealthy_gpus",
 ]
+
+# Appended: the jobs pages' efficiency summary and filters.
+from gpuscope.collector.query.job_efficiency import (
+    IDLE_BELOW_PCT,
+    MEMORY_WINDOW,
+    JobEfficiency,
+    PeakMemory,
+    job_efficiency,
+)
+from gpuscope.collector.query.job_owners import JobOwners, job_owners
+
+__all__ += [
+    "IDLE_BELOW_PCT",
+    "MEMORY_WINDOW",
+    "JobEfficiency",
+    "JobOwners",
+    "PeakMemory",
+    "job_efficiency",
+    "job_owners",
+]
+
+# The node page's reads (dashboard/node_data.py); energy_kwh is the fleet's energy too.
+from gpuscope.collector.query.counters import CounterUse, StateUse, Summary, summarise  # noqa: E402
+from gpuscope.collector.query.energy import Energy, energy, energy_kwh  # noqa: E402
+from gpuscope.collector.query.node_health import (  # noqa: E402
+    GpuHealth,
+    PortHealth,
+    gpu_health,
+    node_gpus,
+    port_health,
+)
+from gpuscope.collector.query.node_jobs import NodeJob, node_jobs  # noqa: E402
+from gpuscope.collector.query.nvlink import NvlinkSeries, nvlink_throughput  # noqa: E402
+
+__all__ += [
+    "CounterUse",
+    "Energy",
+    "GpuHealth",
+    "NodeJob",
+    "NvlinkSeries",
+    "PortHealth",
+    "StateUse",
+    "Summary",
+    "energy",
+    "energy_kwh",
+    "gpu_health",
+    "node_gpus",
+    "node_jobs",
+    "nvlink_throughput",
+    "port_health",
+    "summarise",
+]
+
+# The dashboard's search box.
+from gpuscope.collector.query.search import Found, search  # noqa: E402
+
+__all__ += ["Found", "search"]

@@ -1,19 +1,36 @@
-"""Alerts (/alerts): firing and recent alerts, notification outcomes, rule health, and silences,
-created and expired through the collector's API with an admin token typed here (read-only without)."""
+"""Alerts (/alerts): firing and recent alerts with their labels made readable (node, GPU and job linked to
+their pages), a "Silence this" button on each that fills the silence form with its labels; silences with
+who created each and why, created and expired through the collector's API with an admin token typed here
+(read-only without); notification outcomes and rule health."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
 from dash import ALL, Dash, Input, Output, State, callback_context, dcc, html, no_update
 
-from gpuscope.dashboard import data
-from gpuscope.dashboard.components import ago, badge, banner, guarded, nothing, table
+from gpuscope.dashboard import data, silence_requests
+from gpuscope.dashboard.alert_labels import split_matchers
+from gpuscope.dashboard.alert_tables import (
+    alerts_table,
+    notifications_table,
+    rules_table,
+    silence_matchers_by_alert,
+    silences_table,
+)
+from gpuscope.dashboard.components import banner, guarded, nothing
 from gpuscope.dashboard.context import Context
 
 TITLE = "Alerts"
 DURATIONS = {"30m": 1800, "2h": 7200, "8h": 28800, "24h": 86400, "7d": 7 * 86400}
+# Scrolls the form into view and puts the cursor on "why" once "Silence this" has filled it in.
+FOCUS_JS = """
+function(prefilled) {
+    const why = document.getElementById('silence-comment');
+    if (prefilled && why) { why.scrollIntoView({block: 'center'}); why.focus(); }
+    return window.dash_clientside.no_update;
+}
+"""
 
 
 def match(pathname: str) -> dict[str, str] | None:
@@ -21,12 +38,50 @@ def match(pathname: str) -> dict[str, str] | None:
 
 
 def layout(ctx: Context, search: str, **_: str) -> html.Div:
+    return html.Div(
+        [
+            html.H2("Alerts"),
+            html.Div(id="alerts-status"),
+            html.H3("Firing and pending"),
+            html.Div(id="alerts-active", className="output"),
+            _silence_form(ctx),
+            html.H3("Silences"),
+            html.Div(id="alerts-silences", className="output"),
+            html.H3("Recently resolved"),
+            html.Div(id="alerts-resolved", className="output"),
+            html.H3("Notifications"),
+            html.Div(id="alerts-notifications", className="output"),
+            html.H3("Rules"),
+            html.Div(id="alerts-rules", className="output"),
+            dcc.Store(id="silence-changed", data=0),
+            dcc.Store(id="silence-matchers-by-alert", data={}),
+            dcc.Store(id="silence-prefilled", data=0),
+            dcc.Store(id="silence-focused"),
+        ]
+    )
+
+
+def _silence_form(ctx: Context) -> html.Div:
     writable = ctx.options.collector_url is not None
+    user = silence_requests.signed_in_user()
+    who: Any = dcc.Input(
+        id="silence-author",
+        placeholder="your name",
+        persistence=True,  # typed once per browser
+        persistence_type="local",
+        style={"width": "10em"},
+    )
+    if user:  # the login says who: the server takes it from the request, not from this field
+        who = html.Span([f"as {user} ", dcc.Input(id="silence-author", value=user, disabled=True, type="hidden")])
     form = html.Div(
         [
             html.H3("New silence"),
+            html.Div(
+                "“Silence this” on an alert fills in its labels; say why, then Silence.",
+                style={"color": "#777", "fontSize": "0.9em"},
+            ),
             dcc.Input(
-                id="silence-matchers", placeholder="node=gpu-07, alertname=GpuOverTemperature", style={"width": "28em"}
+                id="silence-matchers", placeholder="node=gpu-07, alertname=GpuOverTemperature", style={"width": "36em"}
             ),
             dcc.Dropdown(
                 id="silence-duration",
@@ -35,37 +90,24 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
                 clearable=False,
                 style={"width": "8em", "display": "inline-block", "verticalAlign": "middle"},
             ),
-            dcc.Input(id="silence-comment", placeholder="why", style={"width": "16em"}),
+            dcc.Input(id="silence-comment", placeholder="why (e.g. fan swap, ticket)", style={"width": "16em"}),
+            who,
             dcc.Input(id="silence-token", type="password", placeholder="admin token", style={"width": "12em"}),
             html.Button("Silence", id="silence-create", disabled=not writable),
             html.Div(id="silence-result"),
-        ]
+        ],
+        id="silence-form",
     )
     if not writable:
         form.children.insert(1, banner("Read-only: start the dashboard with --collector URL to manage silences."))
-    return html.Div(
-        [
-            html.H2("Alerts"),
-            html.Div(id="alerts-status"),
-            html.H3("Firing and pending"),
-            html.Div(id="alerts-active", className="output"),
-            html.H3("Silences"),
-            html.Div(id="alerts-silences", className="output"),
-            form,
-            html.H3("Recently resolved"),
-            html.Div(id="alerts-resolved", className="output"),
-            html.H3("Notifications"),
-            html.Div(id="alerts-notifications", className="output"),
-            html.H3("Rules"),
-            html.Div(id="alerts-rules", className="output"),
-            dcc.Store(id="silence-changed", data=0),
-        ]
-    )
+    return form
 
 
 def register(app: Dash, ctx: Context) -> None:
+    writable = ctx.options.collector_url is not None
+
     def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), nothing(), nothing(), nothing(), nothing(), nothing()
+        return banner(message, "error"), nothing(), nothing(), nothing(), nothing(), nothing(), {}
 
     @app.callback(
         Output("alerts-status", "children"),
@@ -74,6 +116,7 @@ def register(app: Dash, ctx: Context) -> None:
         Output("alerts-resolved", "children"),
         Output("alerts-notifications", "children"),
         Output("alerts-rules", "children"),
+        Output("silence-matchers-by-alert", "data"),
         Input("refresh", "n_intervals"),
         Input("silence-changed", "data"),
     )
@@ -82,28 +125,36 @@ def register(app: Dash, ctx: Context) -> None:
         loaded = data.load_alerts(ctx.pool)
         return (
             [],
-            _alerts(loaded.active, "alerts-active-table", "No alert is firing or pending."),
-            _silences(loaded.silences, ctx.options.collector_url is not None),
-            _alerts(loaded.resolved, "alerts-resolved-table", "Nothing resolved recently."),
-            _notifications(loaded.notifications),
-            table(
-                ["group", "rule", "evaluated", "ms", "alerts", "error"],
-                [
-                    [
-                        r.rule_group,
-                        r.alertname,
-                        ago(r.evaluated_at),
-                        f"{r.seconds * 1000:.1f}",
-                        r.instances,
-                        r.error or "",
-                    ]
-                    for r in loaded.rules
-                ],
-                id="rules-table",
-            )
-            if loaded.rules
-            else banner("No rule has been evaluated yet.", "empty"),
+            alerts_table(
+                loaded.active, "alerts-active-table", "No alert is firing or pending.", loaded.silences, writable
+            ),
+            silences_table(loaded.silences, writable),
+            alerts_table(loaded.resolved, "alerts-resolved-table", "Nothing resolved recently.", [], False),
+            notifications_table(loaded.notifications),
+            rules_table(loaded.rules),
+            silence_matchers_by_alert(loaded.active),
         )
+
+    @app.callback(
+        Output("silence-matchers", "value"),
+        Output("silence-result", "children", allow_duplicate=True),
+        Output("silence-prefilled", "data"),
+        Input({"type": "silence-alert", "index": ALL}, "n_clicks"),
+        State("silence-matchers-by-alert", "data"),
+        State("silence-prefilled", "data"),
+        prevent_initial_call=True,
+    )
+    def prefill(clicks: list[int | None], by_alert: dict[str, str], prefilled: int) -> tuple[Any, Any, Any]:
+        trigger = callback_context.triggered_id
+        # A refresh draws the buttons anew (no clicks): only a click fills the form.
+        if not isinstance(trigger, dict) or not callback_context.triggered[0]["value"]:
+            return no_update, no_update, no_update
+        matchers = (by_alert or {}).get(str(trigger["index"]))
+        if matchers is None:
+            return no_update, banner("That alert is gone; nothing filled in.", "error"), no_update
+        return matchers, banner("Filled in from the alert: say why, then Silence.", "info"), prefilled + 1
+
+    app.clientside_callback(FOCUS_JS, Output("silence-focused", "data"), Input("silence-prefilled", "data"))
 
     @app.callback(
         Output("silence-result", "children"),
@@ -113,6 +164,7 @@ def register(app: Dash, ctx: Context) -> None:
         State("silence-matchers", "value"),
         State("silence-duration", "value"),
         State("silence-comment", "value"),
+        State("silence-author", "value"),
         State("silence-token", "value"),
         State("silence-changed", "data"),
         prevent_initial_call=True,
@@ -123,85 +175,31 @@ def register(app: Dash, ctx: Context) -> None:
         matchers: str | None,
         duration: str,
         comment: str | None,
+        typed_author: str | None,
         token: str | None,
         changed: int,
     ) -> tuple[Any, Any]:
         trigger = callback_context.triggered_id
-        if trigger is None or (isinstance(trigger, dict) and not any(expires)):
+        if trigger is None or (isinstance(trigger, dict) and not callback_context.triggered[0]["value"]):
             return no_update, no_update
         if ctx.options.collector_url is None:
             return banner("Read-only dashboard.", "error"), no_update
         if not token:
             return banner("Type the admin token first.", "error"), no_update
-        headers = {"Authorization": f"Bearer {token.strip()}"}
-        base = ctx.options.collector_url.rstrip("/") + "/api/v1/silences"
-        try:
-            if isinstance(trigger, dict):
-                response = httpx.delete(f"{base}/{int(trigger['index'])}", headers=headers, timeout=10)
-            else:
-                parts = [m.strip() for m in (matchers or "").split(",") if m.strip()]
-                if not parts:
-                    return banner("Give at least one matcher, e.g. node=gpu-07.", "error"), no_update
-                body = {
-                    "matchers": parts,
-                    "duration_s": DURATIONS[duration],
-                    "comment": comment or "",
-                    "created_by": "dashboard",
-                }
-                response = httpx.post(base, json=body, headers=headers, timeout=10)
-        except httpx.HTTPError as exc:
-            return banner(f"Collector unreachable: {type(exc).__name__}", "error"), no_update
-        if response.status_code >= 300:
-            detail = response.json().get("detail", response.text) if _is_json(response) else response.text
-            return banner(f"Refused (HTTP {response.status_code}): {detail}", "error"), no_update
-        silence = response.json()
-        verb = "Expired" if isinstance(trigger, dict) else "Created"
-        return banner(f"{verb} silence {silence['id']}.", "info"), changed + 1
-
-
-def _alerts(rows: list[Any], id: str, empty: str) -> Any:
-    if not rows:
-        return banner(empty, "empty")
-    body = []
-    for a in rows:
-        where = ", ".join(f"{k}={v}" for k, v in sorted(a.labels.items()) if k not in ("alertname", "severity"))
-        muted = f"silenced by {', '.join(map(str, a.silenced_by))}" if a.silenced_by else ""
-        since = ago(a.resolved_at if a.state == "resolved" else (a.fired_at or a.active_at))
-        body.append([badge(a.severity), a.alertname, a.state, where, a.annotations.get("summary", ""), since, muted])
-    return table(["severity", "alert", "state", "labels", "summary", "since", ""], body, id=id)
-
-
-def _silences(rows: list[Any], writable: bool) -> Any:
-    if not rows:
-        return banner("No active silences.", "empty")
-    body = []
-    for s in rows:
-        matchers = ", ".join(f"{m.name}{m.op}{m.value}" for m in s.matchers)
-        button = html.Button("Expire", id={"type": "silence-expire", "index": s.silence_id}, disabled=not writable)
-        body.append([s.silence_id, matchers, s.created_by, s.comment, f"until {s.ends_at:%Y-%m-%d %H:%M} UTC", button])
-    return table(["id", "matchers", "by", "comment", "ends", ""], body, id="silences-table")
-
-
-def _notifications(rows: list[Any]) -> Any:
-    if not rows:
-        return banner("No notification has been queued.", "empty")
-    body = [
-        [
-            ago(n.created_at),
-            n.receiver,
-            ", ".join(n.alertnames),
-            f"{n.firing} firing, {n.resolved} resolved",
-            n.status,
-            n.attempts,
-            n.http_status or "-",
-            n.last_error or "",
-        ]
-        for n in rows
-    ]
-    return table(
-        ["queued", "receiver", "alerts", "", "outcome", "attempts", "HTTP", "last error"], body, id="notify-table"
-    )
-
-
-def _is_json(response: httpx.Response) -> bool:
-    return response.headers.get("content-type", "").startswith("application/json")
+        if isinstance(trigger, dict):
+            outcome = silence_requests.expire(ctx.options.collector_url, token, int(trigger["index"]))
+        else:
+            parts = split_matchers(matchers or "")
+            created_by = silence_requests.author(typed_author)
+            if not parts:
+                return banner("Give at least one matcher, e.g. node=gpu-07.", "error"), no_update
+            if not (comment or "").strip():
+                return banner("Say why: the silences list shows it to everyone the alert concerns.", "error"), no_update
+            if created_by is None:
+                return banner("Type your name: the silence records who created it.", "error"), no_update
+            outcome = silence_requests.create(
+                ctx.options.collector_url, token, parts, DURATIONS[duration], (comment or "").strip(), created_by
+            )
+        if not outcome.ok:
+            return banner(outcome.message, "error"), no_update
+        return banner(outcome.message, "info"), changed + 1

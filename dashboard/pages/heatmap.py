@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from gpuscope.dashboard import data
+from gpuscope.dashboard import data, time_ranges
 from gpuscope.dashboard.components import banner, guarded, query_params, query_string
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import METRICS, heatmap_figure, message_figure, unplain
@@ -27,7 +27,8 @@ def match(pathname: str) -> dict[str, str] | None:
 def layout(ctx: Context, search: str, **_: str) -> html.Div:
     params = query_params(search)
     metric = params.get("metric") if params.get("metric") in HEATMAP_METRICS else "util_pct"
-    range_key = params.get("range") if params.get("range") in data.RANGES_S else "1h"
+    range_key = params.get("range") or "1h"
+    range_key = range_key if time_ranges.valid(range_key) else "1h"
     level = params.get("level") if params.get("level") in LEVELS else "auto"
     return html.Div(
         [
@@ -42,21 +43,15 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
                         style={"width": "18em", "display": "inline-block"},
                     ),
                     dcc.RadioItems(
-                        id="heatmap-range",
-                        options=list(data.RANGES_S),
-                        value=range_key,
-                        inline=True,
-                        style={"display": "inline-block", "margin": "0 2em"},
-                    ),
-                    dcc.RadioItems(
                         id="heatmap-level",
                         options=[{"label": v, "value": k} for k, v in LEVELS.items()],
                         value=level,
                         inline=True,
-                        style={"display": "inline-block"},
+                        style={"display": "inline-block", "margin": "0 2em"},
                     ),
                 ]
             ),
+            time_ranges.picker("heatmap-range", range_key),
             html.Div(id="heatmap-status"),
             dcc.Graph(id="heatmap-graph", config={"displaylogo": False}),
             dcc.Store(id="heatmap-targets", data={}),
@@ -66,6 +61,8 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
 
 
 def register(app: Dash, ctx: Context) -> None:
+    time_ranges.register(app, "heatmap-range")
+
     def unreachable(message: str) -> tuple[Any, ...]:
         return banner(message, "error"), message_figure(message), {}
 

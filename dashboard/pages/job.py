@@ -1,5 +1,6 @@
-"""One job (/jobs/<id>): its own GPU heatmap with the straggler marked, the cause, the evidence and the
-estimated slowdown."""
+"""One job (/jobs/<id>): who ran it, how well it used its GPUs (GPU-hours, activity, idle share, energy, peak
+memory, stragglers: dashboard/job_summary.py), its nodes and GPUs linked to their pages, its own GPU
+heatmap with the straggler marked, the cause, the evidence and the estimated slowdown."""
 
 from __future__ import annotations
 
@@ -9,13 +10,19 @@ from urllib.parse import unquote
 
 from dash import Dash, Input, Output, State, dcc, html
 
-from gpuscope.dashboard import data
+from gpuscope.dashboard import data, job_gaps
 from gpuscope.dashboard.components import ago, banner, guarded, nothing, query_params, table
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import METRICS, Mark, heatmap_figure, message_figure
+from gpuscope.dashboard.job_data import load_job_efficiency
+from gpuscope.dashboard.job_gaps import gap
+from gpuscope.dashboard.job_summary import efficiency, gpu_table
+from gpuscope.dashboard.job_table import gpu_hours
 
 TITLE = "Job"
 JOB_METRICS = ("tensor_active_pct", "sm_active_pct", "util_pct", "power_w", "temp_c")
+# The summary reads the job's whole life (its idle minutes, its energy): once a minute, not every refresh.
+EFFICIENCY_EVERY_MS = 60_000
 
 
 def match(pathname: str) -> dict[str, str] | None:
@@ -32,6 +39,8 @@ def layout(ctx: Context, search: str, job_id: str = "", **_: str) -> html.Div:
             html.H2(f"Job {job_id}", id="job-title"),
             dcc.Store(id="job-id", data=job_id),
             html.Div(id="job-summary", className="output"),
+            html.Div(id="job-efficiency", className="output"),
+            dcc.Interval(id="job-efficiency-refresh", interval=max(EFFICIENCY_EVERY_MS, ctx.options.refresh_ms)),
             html.Div(id="job-mig", className="output"),
             dcc.Dropdown(
                 id="job-metric",
@@ -43,6 +52,7 @@ def layout(ctx: Context, search: str, job_id: str = "", **_: str) -> html.Div:
             dcc.Graph(id="job-heatmap", config={"displaylogo": False}),
             html.H3("Stragglers"),
             html.Div(id="job-stragglers", className="output"),
+            html.Div(id="job-gpus", className="output"),
         ]
     )
 
@@ -50,6 +60,19 @@ def layout(ctx: Context, search: str, job_id: str = "", **_: str) -> html.Div:
 def register(app: Dash, ctx: Context) -> None:
     def unreachable(message: str) -> tuple[Any, ...]:
         return banner(message, "error"), nothing(), message_figure(message), nothing()
+
+    @app.callback(
+        Output("job-efficiency", "children"),
+        Output("job-gpus", "children"),
+        Input("job-efficiency-refresh", "n_intervals"),
+        State("job-id", "data"),
+    )
+    @guarded(lambda message: (banner(message, "error"), nothing()))
+    def summarise(_: int | None, job_id: str) -> tuple[Any, Any]:
+        loaded = load_job_efficiency(ctx.pool, job_id)
+        if loaded is None:
+            return nothing(), nothing()  # the summary above says there is no such job
+        return efficiency(loaded), gpu_table(loaded.gpus)
 
     @app.callback(
         Output("job-summary", "children"),
@@ -67,18 +90,20 @@ def register(app: Dash, ctx: Context) -> None:
             message = f"No job {job_id!r} in the store."
             return banner(message, "empty"), nothing(), message_figure(message), nothing()
         job = loaded.job
-        owner = f"user {job.user or '-'}"
+        owner: list[Any] = ["user ", job.user or gap(job_gaps.NO_USER)]
         if job.namespace:  # Kubernetes: whose pods these are
             pods = ", ".join(job.pods or [])
-            owner = f"namespace {job.namespace} · {job.workload or '-'} · pods {pods or '-'}"
+            workload = job.workload or gap(job_gaps.NO_WORKLOAD)
+            owner = ["namespace ", job.namespace, " · ", workload, " · pods ", pods or gap(job_gaps.NO_PODS)]
         held = _count(job.gpus, "GPU")
         if job.mig_devices:  # slices of GPUs, not the GPUs
             held = f"{_count(job.mig_devices, 'MIG device')} of {_count(job.gpus, 'GPU')}"
-        summary = (
-            f"{owner} · {held} on {_count(len(job.nodes), 'node')} · "
+        summary = [
+            *owner,
+            f" · {held} on {_count(len(job.nodes), 'node')} · "
             f"{'running since' if job.running else 'ran from'} {job.started_at:%Y-%m-%d %H:%M} UTC"
-            f"{'' if job.running else f' to {job.ended_at:%H:%M}'} · {job.gpu_hours:.1f} GPU-hours"
-        )
+            f"{'' if job.running else f' to {job.ended_at:%H:%M}'} · {gpu_hours(job.gpu_hours)} GPU-hours",
+        ]
         marks = []
         for straggler in loaded.stragglers:
             for index, row in enumerate(loaded.grid.rows):

@@ -1,18 +1,22 @@
-"""Jobs (/jobs): running and recent jobs with size, GPU-hours, efficiency and a straggler flag."""
+"""Jobs (/jobs): running and recent jobs with size, GPU-hours, efficiency and a straggler flag; filtered by
+state, user, namespace and text, sorted by any column, all of it in the URL (dashboard/job_view.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
-from urllib.parse import quote
 
-from dash import Dash, Input, Output, dcc, html
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from gpuscope.dashboard import data
-from gpuscope.dashboard.components import ago, banner, guarded, query_params, query_string, table
+from gpuscope.dashboard import time_ranges
+from gpuscope.dashboard.components import banner, guarded
 from gpuscope.dashboard.context import Context
+from gpuscope.dashboard.job_data import load_jobs_list
+from gpuscope.dashboard.job_table import jobs_table
+from gpuscope.dashboard.job_view import STATES, JobsView, order, pick
 
 TITLE = "Jobs"
-STATES = {"running": "running", "all": "running and recent", "finished": "finished"}
+INLINE = {"display": "inline-block", "marginRight": "1.5em", "verticalAlign": "middle"}
 
 
 def match(pathname: str) -> dict[str, str] | None:
@@ -20,83 +24,121 @@ def match(pathname: str) -> dict[str, str] | None:
 
 
 def layout(ctx: Context, search: str, **_: str) -> html.Div:
-    params = query_params(search)
-    state = params.get("state") if params.get("state") in STATES else "all"
-    range_key = params.get("range") if params.get("range") in data.RANGES_S else "24h"
+    view = JobsView.from_search(search)
     return html.Div(
         [
             html.H2("Jobs"),
-            dcc.RadioItems(
-                id="jobs-state",
-                options=[{"label": v, "value": k} for k, v in STATES.items()],
-                value=state,
-                inline=True,
-                style={"display": "inline-block", "marginRight": "2em"},
+            html.Div(
+                [
+                    dcc.RadioItems(id="jobs-state", options=list(STATES), value=view.state, inline=True, style=INLINE),
+                    dcc.RadioItems(
+                        id="jobs-range",
+                        options=time_ranges.options(view.range_key),
+                        value=view.range_key,
+                        inline=True,
+                        style=INLINE,
+                    ),
+                    dcc.Dropdown(
+                        id="jobs-user",
+                        options=[view.user] if view.user else [],
+                        value=view.user or None,
+                        placeholder="any user",
+                        style={**INLINE, "width": "12em"},
+                    ),
+                    dcc.Dropdown(
+                        id="jobs-namespace",
+                        options=[view.namespace] if view.namespace else [],
+                        value=view.namespace or None,
+                        placeholder="any namespace",
+                        style={**INLINE, "width": "12em"},
+                    ),
+                    dcc.Input(
+                        id="jobs-text",
+                        value=view.text,
+                        placeholder="job id or name",
+                        debounce=True,
+                        style={**INLINE, "width": "14em"},
+                    ),
+                    dcc.Link("clear filters", href="/jobs", id="jobs-clear", style=INLINE),
+                ]
             ),
-            dcc.RadioItems(
-                id="jobs-range",
-                options=list(data.RANGES_S),
-                value=range_key,
-                inline=True,
-                style={"display": "inline-block"},
-            ),
+            html.Div(id="jobs-count", style={"color": "#555", "margin": "0.4em 0"}),
             html.Div(id="jobs-table", className="output"),
         ]
     )
 
 
 def register(app: Dash, ctx: Context) -> None:
+    def unreachable(message: str) -> tuple[Any, ...]:
+        return banner(message, "error"), "", [], []
+
     @app.callback(
         Output("jobs-table", "children"),
+        Output("jobs-count", "children"),
+        Output("jobs-user", "options"),
+        Output("jobs-namespace", "options"),
         Input("refresh", "n_intervals"),
-        Input("jobs-state", "value"),
-        Input("jobs-range", "value"),
+        Input("url", "search"),
     )
-    @guarded(lambda message: banner(message, "error"))
-    def refresh(_: int | None, state: str, range_key: str) -> Any:
-        loaded = data.load_jobs(ctx.pool, state, range_key)
-        if not loaded.jobs:
-            return banner("No jobs in this range.", "empty")
-        kubernetes = any(job.namespace for job in loaded.jobs)  # the pods' columns only where there are pods
-        rows = []
-        for job in loaded.jobs:
-            flag: Any = "-"
-            if found := loaded.stragglers.get(job.job_id):
-                worst = max(found, key=lambda s: s.slowdown)
-                active = " (now)" if worst.ended_at is None else ""
-                flag = html.Span(
-                    f"⚠ straggler{active}: {worst.culprit}, {worst.cause}, ~{worst.slowdown:.0%}",
-                    className="straggler-flag",
-                    style={"color": "#d32f2f"},
-                )
-            usage = job.usage
-            rows.append(
-                [
-                    dcc.Link(job.job_id, href=f"/jobs/{quote(job.job_id, safe='')}"),
-                    job.user or "-",
-                    *([job.namespace or "-", job.workload or "-"] if kubernetes else []),
-                    "running" if job.running else f"ended {ago(job.ended_at)}",
-                    len(job.nodes),
-                    job.gpus,
-                    f"{job.gpu_hours:.1f}",
-                    _pct(usage.mean_util_pct),
-                    _pct(usage.mean_tensor_active_pct),
-                    flag,
-                ]
-            )
-        headers = ["job", "user", *(["namespace", "workload"] if kubernetes else [])]
-        headers += ["state", "nodes", "GPUs", "GPU-hours", "mean util", "tensor active", "straggler"]
-        return table(headers, rows, id="jobs")
+    @guarded(unreachable)
+    def refresh(_: int | None, search: str | None) -> tuple[Any, ...]:
+        view = JobsView.from_search(search)
+        loaded = load_jobs_list(ctx.pool, view)
+        users = sorted({*loaded.owners.users, *([view.user] if view.user else [])})
+        namespaces = sorted({*loaded.owners.namespaces, *([view.namespace] if view.namespace else [])})
+        shown = pick(view, loaded.jobs)
+        if not shown:
+            empty = "No jobs match these filters." if view.filtered else "No jobs in this range."
+            return banner(empty, "empty"), "", users, namespaces
+        slowdowns = {job_id: max(s.slowdown for s in found) for job_id, found in loaded.stragglers.items()}
+        count = f"{len(shown)} job{'' if len(shown) == 1 else 's'}"
+        if loaded.truncated:
+            count += f" (only the {len(loaded.jobs)} most recent: narrow the range or pick a user)"
+        count += " · click a header to sort, a user or namespace to filter by it; hover a '-' for why it is empty"
+        return jobs_table(view, order(view, shown, slowdowns), loaded.stragglers), count, users, namespaces
 
     @app.callback(
         Output("url", "search", allow_duplicate=True),
         Input("jobs-state", "value"),
         Input("jobs-range", "value"),
+        Input("jobs-user", "value"),
+        Input("jobs-namespace", "value"),
+        Input("jobs-text", "value"),
+        State("url", "search"),
         prevent_initial_call=True,
     )
-    def share(state: str, range_key: str) -> str:
-        return query_string({"state": state, "range": range_key})
+    def share(
+        state: str, range_key: str, user: str | None, namespace: str | None, text: str | None, search: str
+    ) -> Any:
+        now = JobsView.from_search(search)
+        view = replace(
+            now,  # keeps the sort
+            state=state,
+            range_key=range_key,
+            user=user or "",
+            namespace=namespace or "",
+            text=(text or "").strip(),
+        )
+        return no_update if view == now else view.search()
 
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}%"
+    @app.callback(
+        Output("jobs-state", "value"),
+        Output("jobs-range", "value"),
+        Output("jobs-user", "value"),
+        Output("jobs-namespace", "value"),
+        Output("jobs-text", "value"),
+        Input("url", "search"),
+        State("jobs-state", "value"),
+        State("jobs-range", "value"),
+        State("jobs-user", "value"),
+        State("jobs-namespace", "value"),
+        State("jobs-text", "value"),
+        prevent_initial_call=True,
+    )
+    def follow(search: str | None, *shown: Any) -> tuple[Any, ...]:
+        """The controls follow the address when a link (a user, a header, back) changed it."""
+        view = JobsView.from_search(search)
+        wanted = (view.state, view.range_key, view.user or None, view.namespace or None, view.text)
+        return tuple(
+            no_update if (now or None) == (want or None) else want for want, now in zip(wanted, shown, strict=True)
+        )

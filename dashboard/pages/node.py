@@ -1,17 +1,20 @@
-"""Node and GPU detail (/node/<name>?gpu=N): every metric over time, clock-event reasons, XID and other
-events, InfiniBand traffic."""
+"""Node and GPU detail (/node/<name>?gpu=N): what needs an operator and since when, the jobs on it, XID
+errors with what each calls for, GPU memory (ECC, row remapping), InfiniBand ports, NVLink and energy;
+then every metric over time, clock-event reasons and events."""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import unquote
 
-from dash import Dash, Input, Output, State, dcc, html
+from dash import Dash, Input, Output, State, callback_context, dcc, html
+from dash.exceptions import PreventUpdate
 
-from gpuscope.dashboard import data
+from gpuscope.dashboard import data, node_panels, time_ranges
 from gpuscope.dashboard.components import banner, guarded, nothing, query_params, query_string, table
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import message_figure, nic_figure, series_figure
+from gpuscope.dashboard.node_data import findings, load_node_health
 
 TITLE = "Node"
 # NVML clock event reasons (nvmlClocksEventReasons*)
@@ -26,6 +29,9 @@ REASONS = {
     0x80: "HW power brake",
     0x100: "display clocks",
 }
+# The health panels read raw samples (counters have no rollups): a long range is read again about every
+# 1/1440th of its length (a minute for 24 h), not at every refresh; its newest minute barely moves it.
+HEALTH_EVERY_FRACTION = 1 / 1440
 
 
 def match(pathname: str) -> dict[str, str] | None:
@@ -37,18 +43,34 @@ def match(pathname: str) -> dict[str, str] | None:
 def layout(ctx: Context, search: str, node: str = "", **_: str) -> html.Div:
     params = query_params(search)
     gpu = params.get("gpu", "")
-    range_key = params.get("range") if params.get("range") in data.RANGES_S else "1h"
+    range_key = params.get("range") or "1h"
+    range_key = range_key if time_ranges.valid(range_key) else "1h"
     return html.Div(
         [
             html.H2(f"Node {node}" + (f", GPU {gpu}" if gpu else ""), id="node-title"),
             dcc.Store(id="node-name", data=node),
             dcc.Store(id="node-gpu", data=gpu),
-            dcc.RadioItems(id="node-range", options=list(data.RANGES_S), value=range_key, inline=True),
+            time_ranges.picker("node-range", range_key),
             html.Div(id="node-status"),
+            html.H3("What needs attention"),
+            html.Div(id="node-findings", className="output"),
+            html.H3("Jobs"),
+            html.Div(id="node-jobs", className="output"),
+            html.H3("XID errors"),
+            html.Div(id="node-xids", className="output"),
+            html.H3("GPU memory: ECC errors and row remapping"),
+            html.Div(id="node-memory", className="output"),
+            html.H3("InfiniBand ports"),
+            html.Div(id="node-ib", className="output"),
+            dcc.Graph(id="node-nic", config={"displaylogo": False}),
+            html.H3("NVLink"),
+            html.Div(id="node-nvlink", className="output"),
+            dcc.Graph(id="node-nvlink-graph", config={"displaylogo": False}),
+            html.H3("Energy"),
+            html.Div(id="node-energy", className="output"),
             html.H3("Clock event reasons now"),
             html.Div(id="node-reasons", className="output"),
             dcc.Graph(id="node-series", config={"displaylogo": False}),
-            dcc.Graph(id="node-nic", config={"displaylogo": False}),
             html.H3("Events"),
             html.Div(id="node-events", className="output"),
         ]
@@ -56,6 +78,8 @@ def layout(ctx: Context, search: str, node: str = "", **_: str) -> html.Div:
 
 
 def register(app: Dash, ctx: Context) -> None:
+    time_ranges.register(app, "node-range")
+
     def unreachable(message: str) -> tuple[Any, ...]:
         return banner(message, "error"), nothing(), message_figure(message), message_figure(message), nothing()
 
@@ -100,6 +124,40 @@ def register(app: Dash, ctx: Context) -> None:
             else banner("No events in this range.", "empty"),
         )
 
+    def health_unreachable(message: str) -> tuple[Any, ...]:
+        return banner(message, "error"), *(nothing(),) * 5, message_figure(message), nothing()
+
+    @app.callback(
+        Output("node-findings", "children"),
+        Output("node-jobs", "children"),
+        Output("node-xids", "children"),
+        Output("node-memory", "children"),
+        Output("node-ib", "children"),
+        Output("node-nvlink", "children"),
+        Output("node-nvlink-graph", "figure"),
+        Output("node-energy", "children"),
+        Input("refresh", "n_intervals"),
+        Input("node-range", "value"),
+        State("node-name", "data"),
+    )
+    @guarded(health_unreachable)
+    def refresh_health(ticks: int | None, range_key: str, node: str) -> tuple[Any, ...]:
+        if callback_context.triggered_id == "refresh" and not health_due(ticks, range_key, ctx.options.refresh_ms):
+            raise PreventUpdate
+        loaded = load_node_health(ctx.pool, node, range_key)
+        if loaded is None:  # the status banner says so
+            return *(nothing(),) * 6, message_figure(f"No node {node!r} in the inventory."), nothing()
+        return (
+            node_panels.findings_panel(findings(loaded)),
+            node_panels.jobs_panel(loaded.jobs),
+            node_panels.xid_panel(loaded.xids),
+            node_panels.memory_panel(loaded.gpus),
+            node_panels.ib_panel(loaded.ports),
+            node_panels.nvlink_panel(loaded.gpus, loaded.nvlink),
+            node_panels.nvlink_figure(loaded.gpus, loaded.nvlink, f"nvlink-{node}-{range_key}"),
+            node_panels.energy_panel(loaded),
+        )
+
     @app.callback(
         Output("url", "search", allow_duplicate=True),
         Input("node-range", "value"),
@@ -108,6 +166,12 @@ def register(app: Dash, ctx: Context) -> None:
     )
     def share(range_key: str, gpu: str) -> str:
         return query_string({"gpu": gpu, "range": range_key})
+
+
+def health_due(ticks: int | None, range_key: str, refresh_ms: int) -> bool:
+    """Whether this refresh reads the health panels again (see HEALTH_EVERY_FRACTION)."""
+    every = max(1, round(data.time_range(range_key).seconds * HEALTH_EVERY_FRACTION * 1000 / refresh_ms))
+    return (ticks or 0) % every == 0
 
 
 def decode_reasons(bits: int) -> str:

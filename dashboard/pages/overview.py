@@ -9,8 +9,17 @@ from urllib.parse import quote
 
 from dash import Dash, Input, Output, dcc, html
 
-from gpuscope.dashboard import data
-from gpuscope.dashboard.components import ago, badge, banner, guarded, node_href, nothing, query_params
+from gpuscope.dashboard import data, time_ranges
+from gpuscope.dashboard.components import (
+    ago,
+    badge,
+    banner,
+    guarded,
+    node_href,
+    nothing,
+    query_params,
+    query_string,
+)
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import heatmap_figure, message_figure, rack_power_figure
 
@@ -30,7 +39,7 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
             html.Div(id="fleet-summary", className="output summary"),
             html.H3("Needs attention"),
             html.Div(id="attention", className="output"),
-            dcc.RadioItems(id="range", options=list(data.RANGES_S), value=_valid(range_key), inline=True),
+            time_ranges.picker("range", _valid(range_key)),
             dcc.Graph(id="util-heatmap", config={"displaylogo": False}),
             dcc.Graph(id="rack-power", config={"displaylogo": False}),
         ]
@@ -38,6 +47,9 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
 
 
 def register(app: Dash, ctx: Context) -> None:
+    time_ranges.register(app, "range")
+    _share(app)
+
     def unreachable(message: str) -> tuple[Any, ...]:
         return banner(message, "error"), nothing(), nothing(), message_figure(message), message_figure(message)
 
@@ -61,6 +73,12 @@ def register(app: Dash, ctx: Context) -> None:
             heatmap_figure(overview.heatmap, revision=f"overview-{range_key}", height=420),
             rack_power_figure(overview.rack_power, revision=f"overview-{range_key}"),
         )
+
+
+def _share(app: Dash) -> None:
+    @app.callback(Output("url", "search", allow_duplicate=True), Input("range", "value"), prevent_initial_call=True)
+    def share(range_key: str) -> str:
+        return query_string({"range": range_key})
 
 
 STATES = (  # id, label, colour, what it means
@@ -95,7 +113,7 @@ def headline(overview: data.OverviewData, firing: int, range_key: str) -> list[A
     )
     legend = [
         html.Span(
-            [html.B(f"{counts[key]}"), f" {label}"],
+            [html.Span(f"{counts[key]}", className="state-count"), f" {label}"],
             id=f"gpus-{key}",
             title=meaning,
             className="state",
@@ -108,7 +126,7 @@ def headline(overview: data.OverviewData, firing: int, range_key: str) -> list[A
     cards = [
         _card("activity", "activity of working GPUs", _activity(summary), "SM activity (tensor cores)"),
         _card("stragglers", "stragglers", str(stragglers), "jobs slowed by one of their GPUs, NICs or hosts", "/jobs"),
-        _card("energy", f"energy, last {range_key}", _energy(overview.energy_kwh, summary.total_power_w), ""),
+        _card("energy", f"energy, {_range_words(range_key)}", _energy(overview.energy_kwh, summary.total_power_w), ""),
         _card("running-jobs", "running jobs", str(summary.running_jobs), "", "/jobs"),
         _card("firing-alerts", "firing alerts", str(firing), "", "/alerts"),
         _card(
@@ -140,6 +158,10 @@ def _energy(kwh: float | None, power_w: float | None) -> str:
     energy = "n/a" if kwh is None else (f"{kwh / 1000:.2f} MWh" if kwh >= 10_000 else f"{kwh:,.0f} kWh")
     now = "" if power_w is None else f", now {power_w / 1000:.1f} kW"
     return energy + now
+
+
+def _range_words(range_key: str) -> str:
+    return f"last {range_key}" if range_key in time_ranges.PRESETS_S else time_ranges.label(range_key)
 
 
 def _pct(value: float | None) -> str:
@@ -210,4 +232,4 @@ def attention_list(attention: data.Attention) -> Any:
 
 
 def _valid(range_key: str) -> str:
-    return range_key if range_key in data.RANGES_S else "1h"
+    return range_key if time_ranges.valid(range_key) else "1h"

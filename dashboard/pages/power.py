@@ -7,7 +7,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from gpuscope.dashboard import data
+from gpuscope.dashboard import data, time_ranges
 from gpuscope.dashboard.components import banner, guarded, query_params, query_string
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import budget_figure, message_figure, rack_power_figure
@@ -24,12 +24,7 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
     return html.Div(
         [
             html.H2("Power per rack"),
-            dcc.RadioItems(
-                id="power-range",
-                options=list(data.RANGES_S),
-                value=range_key if range_key in data.RANGES_S else "6h",
-                inline=True,
-            ),
+            time_ranges.picker("power-range", range_key if time_ranges.valid(range_key) else "6h"),
             html.Div(id="power-status"),
             dcc.Graph(id="power-stacked", config={"displaylogo": False}),
             dcc.Graph(id="power-budget", config={"displaylogo": False}),
@@ -38,6 +33,8 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
 
 
 def register(app: Dash, ctx: Context) -> None:
+    time_ranges.register(app, "power-range")
+
     def unreachable(message: str) -> tuple[Any, ...]:
         return banner(message, "error"), message_figure(message), message_figure(message)
 

@@ -164,6 +164,7 @@ def test_a_silence_is_created_and_expired_from_the_alerts_page(stack: Stack, bro
     wait_until(browser, lambda: "GpuOverTemperature" in browser.find_element("id", "alerts-active").text, 20, "alert")
     browser.find_element("id", "silence-matchers").send_keys("node=node-001, alertname=GpuOverTemperature")
     browser.find_element("id", "silence-comment").send_keys("fan swap")
+    browser.find_element("id", "silence-author").send_keys("sre-on-call")  # who: never "dashboard"
     browser.find_element("id", "silence-token").send_keys("wrong-token-123456")
     browser.find_element("id", "silence-create").click()
     wait_until(browser, lambda: "HTTP 401" in browser.find_element("id", "silence-result").text, 10, "refusal")
@@ -175,6 +176,7 @@ def test_a_silence_is_created_and_expired_from_the_alerts_page(stack: Stack, bro
     browser.find_element("id", "silence-create").click()
     wait_until(browser, lambda: "Created silence" in browser.find_element("id", "silence-result").text, 10, "creation")
     wait_until(browser, lambda: "node=node-001" in browser.find_element("id", "silences-table").text, 10, "listing")
+    assert "sre-on-call" in browser.find_element("id", "silences-table").text
     wait_until(browser, lambda: "silenced by" in browser.find_element("id", "alerts-active").text, 10, "muted alert")
     screenshot(browser, "alerts-silenced")
     browser.find_element("css selector", "#silences-table button").click()

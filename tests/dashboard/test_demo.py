@@ -13,8 +13,10 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import httpx
 import numpy as np
@@ -130,6 +132,21 @@ def test_history_and_live_data_join_without_a_seam(demo: Demo, browser: Any) -> 
     assert power.min() > 0.6 * np.median(power), f"total power dips at the join: {power.round(0)}"
 
 
+def test_a_week_and_a_custom_span_render_from_the_address(demo: Demo, browser: Any) -> None:
+    base = demo.address(r"dashboard\s+(http://127\.0\.0\.1:\d+)")
+    open_page(browser, f"{base}/?range=7d")
+    wait_until(browser, lambda: graph_data(browser, "util-heatmap")[0]["z"], what="a week's heatmap")
+    assert "7d" in _text(browser, "range")
+    start = datetime.now(UTC) - timedelta(minutes=50)
+    key = f"{start:%Y-%m-%dT%H:%M}..{start + timedelta(minutes=20):%Y-%m-%dT%H:%M}"
+    open_page(browser, f"{base}/heatmap?range={key}&metric=power_w")
+    heat = wait_until(browser, lambda: graph_data(browser, "heatmap-graph")[0], what="the custom span's heatmap")
+    first, last = (datetime.fromisoformat(str(x)).replace(tzinfo=UTC) for x in (heat["x"][0], heat["x"][-1]))
+    assert start - timedelta(minutes=1) <= first and last <= start + timedelta(minutes=20)
+    assert np.isfinite(np.array(heat["z"], dtype=float)).all(), "history fills the span"
+    assert "UTC" in _text(browser, "heatmap-range"), "the span is labelled among the presets"
+
+
 @pytest.mark.timeout(STORY_WITHIN_S + 120)
 def test_the_staged_story_shows_within_minutes(demo: Demo, browser: Any) -> None:
     base = demo.address(r"dashboard\s+(http://127\.0\.0\.1:\d+)")
@@ -165,7 +182,7 @@ def test_the_staged_story_shows_within_minutes(demo: Demo, browser: Any) -> None
     assert time.monotonic() - demo.started < STORY_WITHIN_S
 
     browser.find_element("link text", f"job {TRAINING_JOB}").click()
-    wait_until(browser, lambda: browser.current_url.endswith(f"/jobs/{TRAINING_JOB}"), what="the job page")
+    wait_until(browser, lambda: f"/jobs/{TRAINING_JOB}?" in browser.current_url + "?", what="the job page")
     open_page(browser, f"{base}/jobs")
     wait_until(browser, lambda: TRAINING_JOB in _text(browser, "page") and IDLE_JOB in _text(browser, "page"))
     row = next(r.text for r in browser.find_elements("css selector", "tr") if TRAINING_JOB in r.text)
@@ -179,6 +196,41 @@ def test_the_staged_story_shows_within_minutes(demo: Demo, browser: Any) -> None
         return names
 
     eventually(alerts, timeout=60, interval=2, what="the staged XID and flapping link to raise their alerts")
+
+
+def test_links_lead_from_a_finding_to_its_node_its_job_and_back(demo: Demo, browser: Any) -> None:
+    """Every number one click from its cause: the overview's straggler -> its node -> the job running
+    there -> another of the job's nodes; and the search box finds a node, a job's user, a job."""
+    base = demo.address(r"dashboard\s+(http://127\.0\.0\.1:\d+)")
+    culprit = re.search(r"the fan of GPU (\d+) on (\S+) fails", demo.output)
+    assert culprit, demo.output
+    node, where = culprit.group(2).rstrip(";"), f"{culprit.group(2).rstrip(';')} GPU {culprit.group(1)}"
+    open_page(browser, base)
+    wait_until(browser, lambda: browser.find_element("link text", where), what="the culprit").click()
+    wait_until(browser, lambda: f"/node/{node}?" in browser.current_url + "?", what="the culprit's node page")
+    wait_until(browser, lambda: browser.find_element("link text", TRAINING_JOB), what="its job").click()
+    wait_until(browser, lambda: f"/jobs/{TRAINING_JOB}?" in browser.current_url + "?", what="the job page")
+
+    def another_node() -> Any:
+        links = browser.find_elements("css selector", "#page a[href^='/node/']")
+        return next((a for a in links if a.text.startswith("node-") and a.text != node), None)
+
+    other = wait_until(browser, another_node, what="a link to another of the job's nodes")
+    name = unquote(urlparse(other.get_attribute("href")).path.rsplit("/", 1)[-1])
+    other.click()
+    wait_until(browser, lambda: f"/node/{name}?" in browser.current_url + "?", what="the other node's page")
+
+    box = browser.find_element("id", "nav-search")
+    box.send_keys(f"{name}\n")  # one match: straight to it
+    wait_until(browser, lambda: f"/node/{name}?" in browser.current_url + "?" and not box.get_attribute("value"))
+    browser.find_element("id", "nav-search").send_keys("alice\n")  # a user: the results page
+    wait_until(browser, lambda: "/search?q=alice" in browser.current_url, what="the search page")
+    results = wait_until(browser, lambda: _text(browser, "search-results"), what="search results")
+    assert "alice" in results, results
+    browser.find_element("css selector", "#search-users a").click()
+    wait_until(browser, lambda: "user=alice" in browser.current_url, what="the user's jobs")
+    wait_until(browser, lambda: TRAINING_JOB in _text(browser, "page"), what="the user's training job listed")
+    screenshot(browser, "demo-search-user")
 
 
 def _text(browser: Any, element_id: str) -> str:

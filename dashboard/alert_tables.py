@@ -1,0 +1,118 @@
+"""The alerts page's tables: alerts with their labels made readable (dashboard/alert_labels.py) and a
+"Silence this" button on each one not yet silenced; silences with who created each and why;
+notification outcomes; rule health."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import html
+
+from gpuscope.alerts.reads import AlertRow, NotificationRow, RuleStatus
+from gpuscope.alerts.silences import Silence
+from gpuscope.dashboard import alert_labels
+from gpuscope.dashboard.components import ago, badge, banner, table
+
+
+def alerts_table(rows: list[AlertRow], id: str, empty: str, silences: list[Silence], can_silence: bool) -> Any:
+    """Alerts, one row each; with `can_silence`, a "Silence this" button where no silence mutes it yet."""
+    if not rows:
+        return banner(empty, "empty")
+    by_id = {s.silence_id: s for s in silences}
+    body = []
+    for a in rows:
+        since = ago(a.resolved_at if a.state == "resolved" else (a.fired_at or a.active_at))
+        row = [
+            badge(a.severity),
+            html.Strong(a.alertname),
+            a.state,
+            _one_line(alert_labels.where(a.labels)),
+            _one_line(alert_labels.job(a.labels)),
+            alert_labels.details(a.labels),
+            a.annotations.get("summary", ""),
+            _one_line(since),
+        ]
+        if can_silence:
+            row.append(_muted(a, by_id) if a.silenced_by else _silence_button(a))
+        body.append(row)
+    headers = ["severity", "alert", "state", "where", "job", "labels", "summary", "since"]
+    return table([*headers, ""] if can_silence else headers, body, id=id)
+
+
+def _one_line(content: Any) -> html.Span:
+    return html.Span(content, style={"whiteSpace": "nowrap"})
+
+
+def _muted(alert: AlertRow, silences: dict[int, Silence]) -> html.Span:
+    """Which silences mute it and whose they are; why, on hover."""
+    known = {s.silence_id: s for s in (silences.get(i) for i in alert.silenced_by) if s is not None}
+    who = [f"#{i}" + (f" ({known[i].created_by})" if i in known else "") for i in alert.silenced_by]
+    why = "; ".join(f"#{s.silence_id} by {s.created_by}: {s.comment}" for s in known.values())
+    return html.Span(f"silenced by {', '.join(who)}", title=why or None, className="silenced")
+
+
+def _silence_button(alert: AlertRow) -> html.Button:
+    return html.Button(
+        "Silence this",
+        id={"type": "silence-alert", "index": alert.fingerprint},
+        title="fill the silence form with this alert's labels",
+        className="silence-this",
+        style={"whiteSpace": "nowrap"},
+    )
+
+
+def silence_matchers_by_alert(rows: list[AlertRow]) -> dict[str, str]:
+    """fingerprint -> the form's matchers for silencing exactly that alert."""
+    return {a.fingerprint: alert_labels.matchers_text(alert_labels.identifying(a.labels)) for a in rows}
+
+
+def silences_table(rows: list[Silence], writable: bool) -> Any:
+    if not rows:
+        return banner("No active silences.", "empty")
+    body = []
+    for s in rows:
+        matchers = ", ".join(f"{m.name}{m.op}{m.value}" for m in s.matchers)
+        button = html.Button("Expire", id={"type": "silence-expire", "index": s.silence_id}, disabled=not writable)
+        body.append(
+            [
+                s.silence_id,
+                matchers,
+                s.created_by,
+                s.comment or html.Span("(no reason given)", style={"color": "#777"}),
+                html.Span(ago(s.created_at), title=f"{s.created_at:%Y-%m-%d %H:%M} UTC"),
+                f"{s.ends_at:%Y-%m-%d %H:%M} UTC",
+                button,
+            ]
+        )
+    return table(["id", "matchers", "created by", "why", "created", "ends", ""], body, id="silences-table")
+
+
+def notifications_table(rows: list[NotificationRow]) -> Any:
+    if not rows:
+        return banner("No notification has been queued.", "empty")
+    body = [
+        [
+            ago(n.created_at),
+            n.receiver,
+            ", ".join(n.alertnames),
+            f"{n.firing} firing, {n.resolved} resolved",
+            n.status,
+            n.attempts,
+            n.http_status or "",
+            n.last_error or "",
+        ]
+        for n in rows
+    ]
+    return table(
+        ["queued", "receiver", "alerts", "", "outcome", "attempts", "HTTP", "last error"], body, id="notify-table"
+    )
+
+
+def rules_table(rows: list[RuleStatus]) -> Any:
+    if not rows:
+        return banner("No rule has been evaluated yet.", "empty")
+    body = [
+        [r.rule_group, r.alertname, ago(r.evaluated_at), f"{r.seconds * 1000:.1f}", r.instances, r.error or ""]
+        for r in rows
+    ]
+    return table(["group", "rule", "evaluated", "ms", "alerts", "error"], body, id="rules-table")

@@ -1,0 +1,65 @@
+"""What the jobs pages load beyond dashboard/data.py: the jobs list for a view (its user and namespace
+filtered by the query), and a job's efficiency summary with its GPUs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from gpuscope.collector import query
+from gpuscope.dashboard.data import time_range
+from gpuscope.dashboard.job_view import QUERY_STATES, JobsView
+
+JOBS_MAX = 300  # each with its usage over its whole life: the list stays a short read
+
+
+@dataclass(frozen=True)
+class JobsList:
+    jobs: list[query.JobRow]  # as the store orders them, JOBS_MAX at most
+    stragglers: dict[str, list[query.StragglerRow]]  # job_id -> its stragglers in the range
+    owners: query.JobOwners  # everyone with jobs in the range, for the filters
+    truncated: bool  # more jobs matched than were loaded
+
+
+def load_jobs_list(pool: ConnectionPool[Any], view: JobsView) -> JobsList:
+    window = time_range(view.range_key)
+    with pool.connection() as conn:
+        jobs = query.jobs(
+            conn,
+            window,
+            QUERY_STATES[view.state],
+            user=view.user or None,
+            namespace=view.namespace or None,
+            limit=JOBS_MAX + 1,
+        )
+        found = query.stragglers(conn, window, limit=1000)
+        owners = query.job_owners(conn, window)
+    by_job: dict[str, list[query.StragglerRow]] = {}
+    for row in found:
+        by_job.setdefault(row.job_id, []).append(row)
+    return JobsList(jobs[:JOBS_MAX], by_job, owners, len(jobs) > JOBS_MAX)
+
+
+@dataclass(frozen=True)
+class JobEfficiencyData:
+    job: query.JobRow
+    efficiency: query.JobEfficiency
+    gpus: list[query.JobGpu]  # one per allocation: the per-rank view
+    stragglers: list[query.StragglerRow]  # while it ran, newest first
+
+
+def load_job_efficiency(pool: ConnectionPool[Any], job_id: str) -> JobEfficiencyData | None:
+    with pool.connection() as conn:
+        job = query.job(conn, job_id)
+        if job is None:
+            return None
+        efficiency = query.job_efficiency(conn, job_id)
+        gpus = query.job_gpus(conn, job_id)
+        end = max(job.ended_at or datetime.now(UTC), job.started_at + timedelta(seconds=1))
+        stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
+    if efficiency is None:  # its allocations went between the two reads (retention)
+        return None
+    return JobEfficiencyData(job, efficiency, gpus, stragglers)
