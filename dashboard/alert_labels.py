@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from dash import dcc, html
 
-from gpuscope.dashboard.components import node_href
+from gpuscope.dashboard.components import MUTED, node_href
 from gpuscope.dashboard.uuids import uuid_span
 
 OWN_COLUMNS = ("alertname", "severity")
@@ -54,10 +54,10 @@ def details(labels: dict[str, str]) -> list[Any]:
     shown = {*OWN_COLUMNS, *WHERE, *JOB}
     return [
         html.Span(
-            [html.Span(name, style={"color": "#777"}), " ", value],
+            [html.Span(name, style={"color": MUTED}), " ", value],
             className="alert-label",
             style={
-                "background": "#f3f3f3",
+                "background": "var(--mantine-color-default-hover)",
                 "borderRadius": "3px",
                 "padding": "0 0.4em",
                 "marginRight": "0.3em",

@@ -11,7 +11,7 @@ from dash import html
 from gpuscope.alerts.reads import AlertRow, NotificationRow, RuleStatus
 from gpuscope.alerts.silences import Silence
 from gpuscope.dashboard import alert_labels
-from gpuscope.dashboard.components import ago, badge, banner, table
+from gpuscope.dashboard.components import MUTED, ago, badge, banner, table
 
 
 def alerts_table(rows: list[AlertRow], id: str, empty: str, silences: list[Silence], can_silence: bool) -> Any:
@@ -78,7 +78,7 @@ def silences_table(rows: list[Silence], writable: bool) -> Any:
                 s.silence_id,
                 matchers,
                 s.created_by,
-                s.comment or html.Span("(no reason given)", style={"color": "#777"}),
+                s.comment or html.Span("(no reason given)", style={"color": MUTED}),
                 html.Span(ago(s.created_at), title=f"{s.created_at:%Y-%m-%d %H:%M} UTC"),
                 f"{s.ends_at:%Y-%m-%d %H:%M} UTC",
                 button,

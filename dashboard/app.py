@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, State, dcc, html
+import dash_mantine_components as dmc
+from dash import Dash, Input, Output, State, clientside_callback, dcc, html
 from psycopg_pool import ConnectionPool
 
 from gpuscope.dashboard.auth import protect
 from gpuscope.dashboard.body_limit import limit_bodies
-from gpuscope.dashboard.components import PAGE_STYLE, banner, nav
+from gpuscope.dashboard.components import banner, nav
 from gpuscope.dashboard.context import Context, DashboardOptions
 from gpuscope.dashboard.pages import PAGES
+
+THEME = {"primaryColor": "indigo", "fontFamily": "system-ui, sans-serif", "defaultRadius": "sm"}
 
 
 def create_app(
@@ -20,14 +23,26 @@ def create_app(
 ) -> Dash:
     ctx = Context(pool, options or DashboardOptions())
     app = Dash(__name__, title="gpuscope", update_title="", suppress_callback_exceptions=True)
-    app.layout = html.Div(
-        [
-            dcc.Location(id="url", refresh=False),
-            nav(),
-            html.Div(id="page"),
-            dcc.Interval(id="refresh", interval=ctx.options.refresh_ms),
-        ],
-        style=PAGE_STYLE,
+    app.layout = dmc.MantineProvider(
+        html.Div(
+            [
+                dcc.Location(id="url", refresh=False),
+                nav(),
+                html.Div(id="page"),
+                dcc.Interval(id="refresh", interval=ctx.options.refresh_ms),
+            ],
+            className="shell",
+        ),
+        id="mantine",
+        theme=THEME,
+        forceColorScheme="light",
+    )
+    # In the browser alone: a switch of scheme costs no request and redraws no figure (figures are
+    # transparent; their text and grid take the scheme's colours from gpuscope.css).
+    clientside_callback(
+        "function (dark) { return dark ? 'dark' : 'light'; }",
+        Output("mantine", "forceColorScheme"),
+        Input("colour-scheme", "checked"),
     )
 
     @app.callback(Output("page", "children"), Input("url", "pathname"), State("url", "search"))

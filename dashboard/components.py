@@ -1,5 +1,9 @@
 """Pieces every page uses: the navigation bar, banners for empty and error states, tables, badges, and
-a guard that turns a database outage into a clear message instead of a traceback."""
+a guard that turns a database outage into a clear message instead of a traceback.
+
+They are Mantine components (dash-mantine-components): one design system whose CSS and JavaScript ship
+inside the Python package, so the dashboard looks the same on an air-gapped cluster, with light and dark
+colour schemes built in. Colours are Mantine's CSS variables, never fixed greys, so both schemes read."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
+import dash_mantine_components as dmc
 import psycopg
 from dash import dcc, html
 from psycopg_pool import PoolTimeout
@@ -21,25 +26,34 @@ log = logging.getLogger(__name__)
 NAV = (("/", "Overview"), ("/heatmap", "Heatmap"), ("/power", "Power"), ("/jobs", "Jobs"), ("/alerts", "Alerts"))
 
 
+# Mantine's CSS variables: each has a value in the light and in the dark scheme.
+MUTED = "var(--mantine-color-dimmed)"
+BORDER = "var(--mantine-color-default-border)"
+ERROR_TEXT = "var(--mantine-color-error)"
+
+
 def nav() -> html.Nav:
     search = dcc.Input(
         id="nav-search",
         type="search",
         placeholder="node, job, user or GPU UUID",
         debounce=True,
-        style={"marginLeft": "auto", "width": "16em"},
+        className="nav-search",
+    )
+    scheme = dmc.Switch(
+        id="colour-scheme",
+        label="dark",
+        size="sm",
+        checked=False,
+        persistence=True,  # the browser remembers the operator's choice across visits
+        persistence_type="local",
+        className="scheme-switch",
     )
     return html.Nav(
-        [html.Strong("gpuscope", style={"marginRight": "1.5em"})]
-        + [dcc.Link(label, href=href, id=f"nav-{label.lower()}", style={"marginRight": "1em"}) for href, label in NAV]
-        + [search],
-        style={
-            "display": "flex",
-            "alignItems": "center",
-            "padding": "0.6em 0",
-            "borderBottom": "1px solid #ddd",
-            "marginBottom": "0.8em",
-        },
+        [html.Strong("gpuscope", className="brand")]
+        + [dcc.Link(label, href=href, id=f"nav-{label.lower()}", className="nav-link") for href, label in NAV]
+        + [search, scheme],
+        className="nav",
     )
 
 
@@ -61,20 +75,11 @@ def query_string(params: dict[str, Any]) -> str:
     return "?" + urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
 
-def banner(text: str, kind: str = "info") -> html.Div:
-    colours = {"error": ("#fdecea", "#b71c1c"), "empty": ("#f5f5f5", "#555"), "info": ("#e3f2fd", "#0d47a1")}
-    background, colour = colours.get(kind, colours["info"])
-    return html.Div(
-        text,
-        className=f"banner banner-{kind}",
-        style={
-            "background": background,
-            "color": colour,
-            "padding": "0.6em 1em",
-            "borderRadius": "4px",
-            "margin": "0.5em 0",
-        },
-    )
+BANNER_COLOURS = {"error": "red", "empty": "gray", "info": "blue"}
+
+
+def banner(text: str, kind: str = "info") -> dmc.Alert:
+    return dmc.Alert(text, color=BANNER_COLOURS.get(kind, "blue"), variant="light", className=f"banner banner-{kind}")
 
 
 def nothing() -> html.Span:
@@ -82,28 +87,29 @@ def nothing() -> html.Span:
     return html.Span(className="nothing")
 
 
-def badge(severity: str) -> html.Span:
-    return html.Span(
+def badge(severity: str) -> dmc.Badge:
+    return dmc.Badge(
         severity or "none",
+        color=f"#{SEVERITY_COLOURS.get(severity, UNKNOWN_COLOUR):06x}",  # the chat messages' palette
+        variant="filled",
+        size="sm",
+        radius="sm",
         className=f"badge badge-{severity}",
-        style={
-            "background": f"#{SEVERITY_COLOURS.get(severity, UNKNOWN_COLOUR):06x}",  # the chat messages' palette
-            "color": "white",
-            "padding": "0 0.5em",
-            "borderRadius": "3px",
-            "fontSize": "0.85em",
-        },
     )
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], id: str | None = None) -> html.Table:
-    cell = {"padding": "0.25em 0.8em", "borderBottom": "1px solid #eee", "textAlign": "left"}
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], id: str | None = None) -> dmc.Table:
     parts = [
-        html.Thead(html.Tr([html.Th(h, style=cell) for h in headers])),
-        html.Tbody([html.Tr([html.Td(c, style=cell) for c in row]) for row in rows]),
+        html.Thead(html.Tr([html.Th(h) for h in headers])),
+        html.Tbody([html.Tr([html.Td(c) for c in row]) for row in rows]),
     ]
-    style = {"borderCollapse": "collapse", "fontSize": "0.92em"}
-    return html.Table(parts, id=id, style=style) if id else html.Table(parts, style=style)
+    return styled_table(parts, id)
+
+
+def styled_table(parts: list[Any], id: str | None = None) -> dmc.Table:
+    """Every table's look: compact rows, a line between them, the hovered row lit."""
+    options: dict[str, Any] = {"highlightOnHover": True, "verticalSpacing": 4, "fz": "sm", "className": "table"}
+    return dmc.Table(parts, id=id, **options) if id else dmc.Table(parts, **options)
 
 
 def ago(t: datetime | None) -> str:
@@ -138,6 +144,3 @@ def guarded(on_error: Callable[[str], Any]) -> Callable[[Callable[..., Any]], Ca
         return run
 
     return wrap
-
-
-PAGE_STYLE = {"fontFamily": "system-ui, sans-serif", "margin": "0 1.5em"}

@@ -12,7 +12,7 @@ from psycopg_pool import ConnectionPool
 from gpuscope.alerts import reads as alert_reads
 from gpuscope.collector import query
 from gpuscope.dashboard import time_ranges
-from gpuscope.dashboard.grid import Grid, choose_level, coarsen, to_grid
+from gpuscope.dashboard.grid import Grid, choose_level, coarsen, to_grid, with_jobs
 
 RANGES_S = time_ranges.PRESETS_S
 HEATMAP_MAX_COLUMNS = 180
@@ -136,8 +136,14 @@ MINUTE_CELLS_MAX = 400_000
 def _grid(conn: Any, metric: str, window: query.TimeRange, bucket: int, level: str, gpus: int, nodes: int) -> Grid:
     chosen = choose_level(gpus, nodes, len(window.buckets(bucket)), level)
     if 60 < bucket < 3600 and bucket % 60 == 0 and gpus * window.seconds / 60 <= MINUTE_CELLS_MAX:
-        return to_grid(coarsen(query.heatmap(conn, metric, window, 60), bucket), chosen)
-    return to_grid(query.heatmap(conn, metric, window, bucket), chosen)
+        grid = to_grid(coarsen(query.heatmap(conn, metric, window, 60), bucket), chosen)
+    else:
+        grid = to_grid(query.heatmap(conn, metric, window, bucket), chosen)
+    return _with_jobs(conn, grid)
+
+
+def _with_jobs(conn: Any, grid: Grid) -> Grid:
+    return with_jobs(grid, lambda places: query.held_by(conn, places, grid.times, grid.bucket_s))
 
 
 @dataclass(frozen=True)
@@ -206,7 +212,8 @@ def load_job(pool: ConnectionPool[Any], job_id: str, metric: str, range_key: str
         heatmap = query.heatmap(conn, metric, window, bucket, gpu_ids)
         stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
         mig = [held for held in query.job_gpus(conn, job_id) if held.mig is not None] if job.mig_devices else []
-    return JobData(job, to_grid(heatmap, "gpu"), stragglers, mig)
+        grid = _with_jobs(conn, to_grid(heatmap, "gpu"))
+    return JobData(job, grid, stragglers, mig)
 
 
 @dataclass(frozen=True)
@@ -215,9 +222,18 @@ class NodeData:
     events: list[query.EventRow]
     nic: query.NicSeries | None
     latest_reasons: dict[int, int]  # GPU index -> clock event reasons in the newest bucket
+    memory_total_bytes: int | None = None  # the largest of its GPUs' sizes: the memory chart's top
+    jobs: np.ndarray | None = None  # (series rows, times): who held each GPU in each bucket
 
 
 NODE_METRICS = ("util_pct", "sm_active_pct", "tensor_active_pct", "temp_c", "power_w", "sm_clock_mhz", "fb_used_bytes")
+
+
+REASONS_SPAN = timedelta(minutes=2)  # "now" for clock event reasons: the newest minute bucket with samples
+
+
+def _newest_reasons(seen: query.Throttling | None) -> int:
+    return next((r for r in reversed(seen.reasons) if r is not None), 0) if seen else 0
 
 
 def load_node(pool: ConnectionPool[Any], node: str, gpu: int | None, range_key: str) -> NodeData | None:
@@ -227,7 +243,7 @@ def load_node(pool: ConnectionPool[Any], node: str, gpu: int | None, range_key: 
         gpu_ids = query.select_gpus(conn, node=node)
         if not gpu_ids:
             return None
-        series = query.series(conn, (*NODE_METRICS, "clock_event_reasons"), window, bucket, gpu_ids)
+        series = query.series(conn, NODE_METRICS, window, bucket, gpu_ids)
         if gpu is not None:
             keep = [i for i, row in enumerate(series.rows) if row.gpu_index == gpu]
             series = query.Series(
@@ -239,11 +255,15 @@ def load_node(pool: ConnectionPool[Any], node: str, gpu: int | None, range_key: 
         events = query.events(conn, window, node=node, limit=200)
         ports = query.select_ports(conn, nodes=[node])
         nic = query.nic_series(conn, "xmit_bytes", window, bucket, ports) if ports else None
-    reasons = {}
-    for row, values in zip(series.rows, series.values["clock_event_reasons"], strict=True):
-        seen = values[~np.isnan(values)]
-        reasons[row.gpu_index] = int(seen[-1]) if seen.size else 0
-    return NodeData(series, events, nic, reasons)
+        totals = query.memory_totals(conn, [row.gpu_id for row in series.rows])
+        # Every reason set in the newest minute: bit masks OR'd, since a mean of masks names reasons that
+        # no sample gave (half the samples at HW thermal 0x40 average to SW thermal 0x20).
+        recent = query.TimeRange(max(window.start, window.end - REASONS_SPAN), window.end)
+        throttled = query.throttling(conn, [row.gpu_id for row in series.rows], recent, 60)
+        places = [(row.node, row.gpu_index) for row in series.rows]
+        jobs = query.held_by(conn, places, series.times, series.bucket_s)
+    reasons = {row.gpu_index: _newest_reasons(throttled.get(row.gpu_id)) for row in series.rows}
+    return NodeData(series, events, nic, reasons, max(totals.values(), default=None), jobs)
 
 
 @dataclass(frozen=True)

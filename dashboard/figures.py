@@ -14,13 +14,29 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from gpuscope.collector.query import NicSeries, RackPower, Series
 from gpuscope.collector.query.arrays import nan_to_none
 from gpuscope.dashboard.grid import Grid
-from gpuscope.dashboard.scales import SCALES, scale_of
+from gpuscope.dashboard.scales import SCALES, axis_range, scale_of
 
 METRICS = {metric: scale.title for metric, scale in SCALES.items()}
+
+# Every figure is drawn on the page's own background, light or dark: transparent, with grid lines that
+# read on both. In the dark scheme gpuscope.css recolours axis text, so switching costs no redraw.
+pio.templates["gpuscope"] = go.layout.Template(
+    layout={
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "font": {"color": "#3d4350"},
+        # Plotly picks the tool bar's colours against the paper, which is transparent here: its own.
+        "modebar": {"bgcolor": "rgba(0,0,0,0)", "color": "#868e96", "activecolor": "#4c6ef5"},
+        "xaxis": {"gridcolor": "rgba(128,128,128,0.25)", "zerolinecolor": "rgba(128,128,128,0.4)"},
+        "yaxis": {"gridcolor": "rgba(128,128,128,0.25)", "zerolinecolor": "rgba(128,128,128,0.4)"},
+    }
+)
+pio.templates.default = "plotly_white+gpuscope"
 
 
 def plain(text: object) -> str:
@@ -79,7 +95,10 @@ def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height
         "zmax": scale.zmax,
         "colorscale": scale.colorscale,
         "colorbar": {"title": {"text": title}},
-        "hovertemplate": f"%{{y}}<br>%{{x}}<br>%{{z:.{scale.digits}f}} {plain(scale.unit)}<extra></extra>",
+        "hovertemplate": f"%{{y}}<br>%{{x}}<br>%{{z:.{scale.digits}f}} {plain(scale.unit)}"
+        + ("<br>%{customdata}" if grid.jobs is not None else "")
+        + "<extra></extra>",
+        "customdata": None if grid.jobs is None else job_words(grid.jobs[::-1]),
     }
     layout = {
         "title": {"text": f"{title} per {per}, {grid.bucket_s} s buckets"},
@@ -148,7 +167,7 @@ def budget_figure(racks: list[str], current_kw: list[float | None], budget_kw: l
                 y=budget_kw,
                 name="budget",
                 mode="markers",
-                marker={"symbol": "line-ew-open", "size": 40, "line": {"width": 3, "color": "#333"}},
+                marker={"symbol": "line-ew-open", "size": 40, "line": {"width": 3, "color": "#8d6e63"}},
                 hovertemplate="%{x}<br>budget %{y:.1f} kW<extra></extra>",
             ),
         ]
@@ -163,9 +182,17 @@ def budget_figure(racks: list[str], current_kw: list[float | None], budget_kw: l
     return figure
 
 
-def series_figure(data: Series, metrics: Sequence[str], revision: str) -> go.Figure:
-    """Small multiples: one panel per metric (stacked, sharing the time axis), one line per GPU. Built
-    as one dict: make_subplots and a validated add_trace per line cost more than the query."""
+def series_figure(
+    data: Series,
+    metrics: Sequence[str],
+    revision: str,
+    tops: dict[str, float | None] | None = None,
+    jobs: np.ndarray | None = None,
+) -> go.Figure:
+    """Small multiples: one panel per metric (stacked, sharing the time axis), one line per GPU, each
+    value axis on its metric's scale (`tops`: a metric's ceiling in stored units, e.g. memory size);
+    `jobs` (rows, times): who held each GPU, named in the hover.
+    Built as one dict: make_subplots and a validated add_trace per line cost more than the query."""
     if not data.rows:
         return message_figure("This node has no GPUs in the inventory.")
     panels, gap = len(metrics), 0.03
@@ -180,17 +207,27 @@ def series_figure(data: Series, metrics: Sequence[str], revision: str) -> go.Fig
     for panel, metric in enumerate(metrics, start=1):
         axis = "y" if panel == 1 else f"y{panel}"
         low, high = 1 - panel / panels + gap / 2, 1 - (panel - 1) / panels - gap / 2
-        layout["yaxis" if panel == 1 else f"yaxis{panel}"] = {"domain": [max(low, 0), min(high, 1)], "anchor": "x"}
         scale = scale_of(metric)
+        top = (tops or {}).get(metric)
+        shown = data.values[metric] * scale.factor
+        yaxis: dict[str, Any] = {"domain": [max(low, 0), min(high, 1)], "anchor": "x"}
+        value_range = axis_range(scale, shown, None if top is None else top * scale.factor)
+        if value_range is not None:
+            yaxis["range"] = value_range
+        layout["yaxis" if panel == 1 else f"yaxis{panel}"] = yaxis
         layout["annotations"].append({"text": plain(scale.title), "xref": "paper", "yref": "paper",
                                       "x": 0.5, "y": high, "yanchor": "bottom", "showarrow": False})  # fmt: skip
         hover = f"%{{x}}<br>%{{y:.{scale.digits}f}} {plain(scale.unit)}<extra></extra>"
-        for row, values in zip(data.rows, data.values[metric], strict=True):
+        for i, (row, values) in enumerate(zip(data.rows, shown, strict=True)):
             name = f"gpu{row.gpu_index}"
-            traces.append({"type": "scatter", "mode": "lines", "x": data.times,
-                           "y": (values * scale.factor).astype(np.float32), "xaxis": "x", "yaxis": axis,
-                           "name": name, "legendgroup": name, "showlegend": panel == 1,
-                           "hovertemplate": f"{name}<br>{hover}"})  # fmt: skip
+            trace = {"type": "scatter", "mode": "lines", "x": data.times,
+                     "y": values.astype(np.float32), "xaxis": "x", "yaxis": axis,
+                     "name": name, "legendgroup": name, "showlegend": panel == 1,
+                     "hovertemplate": f"{name}<br>{hover}"}  # fmt: skip
+            if jobs is not None:
+                trace["customdata"] = job_words(jobs[i])
+                trace["hovertemplate"] = f"{name}<br>{hover}".replace("<extra>", "<br>%{customdata}<extra>")
+            traces.append(trace)
     return go.Figure({"data": traces, "layout": layout})
 
 
@@ -239,12 +276,20 @@ def nic_figure(data: NicSeries, revision: str) -> go.Figure:
     what = NIC_TITLES.get(data.metric, data.metric.replace("_", " "))
     figure.update_layout(
         title=plain(f"InfiniBand {what}" + (f" ({unit})" if unit else "")),
-        yaxis={"title": {"text": unit}} if unit else {},
+        # From zero: a port at 44 of its 400 Gbit/s is not "down to nothing" when it eases from 52.
+        yaxis={"title": {"text": unit}, "rangemode": "tozero"} if unit else {"rangemode": "tozero"},
         height=300,
         margin={"l": 60, "r": 20, "t": 50, "b": 30},
         uirevision=revision,
     )
     return figure
+
+
+def job_words(held: np.ndarray) -> list[Any]:
+    """Hover text for cells' holders (held_by's labels), plain, nested as `held` is."""
+    if held.ndim > 1:
+        return [job_words(row) for row in held]
+    return [plain(label) if label else "in no job" for label in held]
 
 
 def message_figure(text: str) -> go.Figure:
@@ -259,7 +304,7 @@ def message_figure(text: str) -> go.Figure:
             {
                 "text": plain(text),
                 "showarrow": False,
-                "font": {"size": 16, "color": "#555"},
+                "font": {"size": 16, "color": "#868e96"},
                 "xref": "paper",
                 "yref": "paper",
                 "x": 0.5,

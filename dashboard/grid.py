@@ -3,6 +3,8 @@ there are too many GPUs, so the browser never gets more than MAX_CELLS cells."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -33,6 +35,7 @@ class Grid:
     rows: list[GridRow]
     times: list[datetime]
     values: np.ndarray  # (len(rows), len(times)); NaN where nothing was reported
+    jobs: np.ndarray | None = None  # GPU rows: who held each cell ("job J (user)", "": none); see with_jobs
 
     @property
     def cells(self) -> int:
@@ -101,3 +104,17 @@ def coarsen(heatmap: Heatmap, bucket_s: int) -> Heatmap:
         means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
     times = [datetime.fromtimestamp(int(g) * bucket_s, heatmap.times[0].tzinfo) for g in groups[starts]]
     return Heatmap(heatmap.metric, bucket_s, heatmap.rows, times, means)
+
+
+# A hover names the job of its cell only while that costs little: one short string per cell travels
+# with the figure, so a 1,024-GPU heatmap of 120 buckets would grow by megabytes.
+JOB_HOVER_CELLS_MAX = 30_000
+
+
+def with_jobs(grid: Grid, held: Callable[[list[tuple[str, int]]], np.ndarray]) -> Grid:
+    """`grid` with its cells' jobs, where its rows are GPUs and it is small enough; `held` answers for
+    (node, GPU index) pairs (collector/query/held_by.py over the grid's buckets)."""
+    if grid.level != "gpu" or not grid.rows or grid.cells > JOB_HOVER_CELLS_MAX:
+        return grid
+    places = [(row.node or "", row.gpu or 0) for row in grid.rows]
+    return dataclasses.replace(grid, jobs=held(places))

@@ -10,6 +10,7 @@ from dash import html
 
 from gpuscope.collector import query
 from gpuscope.collector.store.rollups import SETTLE
+from gpuscope.dashboard.components import MUTED
 
 # A minute is counted once rolled up: SETTLE after it ends, at the next maintenance pass (every minute).
 ROLLUP_LAG = SETTLE + timedelta(minutes=2)
@@ -33,7 +34,12 @@ ONE_GPU = "not judged: the straggler detector compares each GPU with its peers, 
 
 def gap(reason: str) -> html.Span:
     """A "-" that says why on hover (and, dotted, that it has something to say)."""
-    return html.Span("-", title=reason, className="gap", style={"borderBottom": "1px dotted #999", "cursor": "help"})
+    return html.Span(
+        "-",
+        title=reason,
+        className="gap",
+        style={"borderBottom": "1px dotted var(--mantine-color-dimmed)", "cursor": "help"},
+    )
 
 
 def legend(reasons: list[str]) -> html.Div | None:
@@ -44,7 +50,7 @@ def legend(reasons: list[str]) -> html.Div | None:
     return html.Div(
         [html.Strong('"-" means:'), html.Ul([html.Li(reason) for reason in unique], style={"margin": "0.2em 0"})],
         id="jobs-legend",
-        style={"color": "#555", "fontSize": "0.88em", "marginTop": "0.5em"},
+        style={"color": MUTED, "fontSize": "0.88em", "marginTop": "0.5em"},
     )
 
 

@@ -11,7 +11,7 @@ from dash import dcc, html
 
 from gpuscope.collector import query
 from gpuscope.dashboard import job_gaps
-from gpuscope.dashboard.components import node_href
+from gpuscope.dashboard.components import BORDER, MUTED, node_href, styled_table
 from gpuscope.dashboard.job_data import JobEfficiencyData
 from gpuscope.dashboard.job_gaps import gap
 from gpuscope.dashboard.job_table import gpu_hours
@@ -24,10 +24,10 @@ TILE = {
     "width": "12em",
     "padding": "0.5em 0.8em",
     "margin": "0 0.6em 0.6em 0",
-    "border": "1px solid #e0e0e0",
+    "border": f"1px solid {BORDER}",
     "borderRadius": "4px",
 }
-CELL = {"padding": "0.2em 0.8em", "borderBottom": "1px solid #eee", "textAlign": "left"}
+CELL = {"textAlign": "left"}
 ENERGY_SOURCES = {
     "counter": "from the GPUs' energy counters",
     "power": "≈ mean power times time, per minute",
@@ -79,10 +79,8 @@ def gpu_table(gpus: list[query.JobGpu]) -> html.Div:
     reasons: list[str] = []
     rows = [_gpu_row(held, reasons) for held in gpus]
     header = ["node", "GPU", "UUID", "held from (UTC)", "until", "util (%)", "SM active (%)", "tensor active (%)"]
-    table = html.Table(
-        [html.Thead(html.Tr([html.Th(h, style=CELL) for h in header])), html.Tbody(rows)],
-        id="job-gpus-table",
-        style={"borderCollapse": "collapse", "fontSize": "0.9em"},
+    table = styled_table(
+        [html.Thead(html.Tr([html.Th(h, style=CELL) for h in header])), html.Tbody(rows)], "job-gpus-table"
     )
     return html.Div([html.H3("Each GPU"), table, job_gaps.legend(reasons)])
 
@@ -115,7 +113,7 @@ def _tile(key: str, value: Any, label: str, detail: Any) -> html.Div:
         [
             html.Div(value, className="tile-value", style={"fontSize": "1.5em", "fontWeight": 600}),
             html.Div(label, className="tile-label", style={"fontWeight": 500}),
-            html.Div(detail, className="tile-detail", style={"color": "#666", "fontSize": "0.85em"}),
+            html.Div(detail, className="tile-detail", style={"color": MUTED, "fontSize": "0.85em"}),
         ],
         id=f"job-tile-{key}",
         className="tile",

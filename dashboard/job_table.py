@@ -11,11 +11,11 @@ from dash import dcc, html
 
 from gpuscope.collector import query
 from gpuscope.dashboard import job_gaps
-from gpuscope.dashboard.components import ago, job_href
+from gpuscope.dashboard.components import MUTED, ago, job_href, styled_table
 from gpuscope.dashboard.job_gaps import gap
 from gpuscope.dashboard.job_view import COLUMNS, Column, JobsView
 
-CELL = {"padding": "0.25em 0.8em", "borderBottom": "1px solid #eee", "textAlign": "left"}
+CELL = {"textAlign": "left"}
 NUMBER = {**CELL, "textAlign": "right"}
 NUMERIC = {"nodes", "gpus", "gpu_hours", "util", "sm", "tensor"}
 ONE_LINE = {"started", "state"}
@@ -41,9 +41,7 @@ def jobs_table(view: JobsView, jobs: list[query.JobRow], stragglers: dict[str, l
         )
         for job in jobs
     ]
-    table = html.Table(
-        [html.Thead(header), html.Tbody(body)], id="jobs", style={"borderCollapse": "collapse", "fontSize": "0.92em"}
-    )
+    table = styled_table([html.Thead(header), html.Tbody(body)], id="jobs")
     return [table, job_gaps.legend(reasons)]
 
 
@@ -122,8 +120,8 @@ def _straggler(job: query.JobRow, found: list[query.StragglerRow], missing: Any)
         return html.Span(
             f"⚠ straggler{active}: {worst.culprit}, {worst.cause}, ~{worst.slowdown:.0%}",
             className="straggler-flag",
-            style={"color": "#d32f2f"},
+            style={"color": "var(--mantine-color-red-text)"},
         )
     if job.gpus < 2:
         return missing(job_gaps.ONE_GPU)
-    return html.Span("none", title="the straggler detector found none in this range", style={"color": "#777"})
+    return html.Span("none", title="the straggler detector found none in this range", style={"color": MUTED})

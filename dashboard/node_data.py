@@ -1,12 +1,13 @@
 """What the node page says is wrong with a node, and since when: its jobs, XID errors with what each calls
-for, GPU memory (ECC, row remapping), NVLink, InfiniBand ports and energy, loaded in one short read per
-refresh, and the findings an operator should act on first."""
+for, GPU memory (ECC, row remapping), NVLink, InfiniBand ports, energy, clock slowdowns, temperatures and
+stragglers, loaded in one short read per refresh, and the findings an operator should act on first."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from psycopg_pool import ConnectionPool
 
@@ -29,6 +30,24 @@ IB_PHYS_STATES = {
     6: "Link error recovery",
     7: "Phy test",
 }
+# NVML clock event reasons (nvmlClocksEventReasons*)
+REASONS = {
+    0x1: "GPU idle",
+    0x2: "applications clocks",
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x10: "sync boost",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake",
+    0x100: "display clocks",
+}
+# The reasons that hold a GPU below the clocks it was asked for because of its heat or its power supply:
+# an operator's to fix. Idle, caps and clock settings are the workload's or someone's choice.
+THERMAL_SLOWDOWNS = 0x20 | 0x40
+HW_POWER_BRAKE = 0x80
+SLOWDOWNS = 0x8 | THERMAL_SLOWDOWNS | HW_POWER_BRAKE
+OVER_TEMPERATURE_C = 85.0  # alerts/default_rules.yaml GpuOverTemperature: the page and the alert agree
 
 # What an XID calls for, after NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors, "Resolution
 # bucket"), for the codes a datacentre sees; True: the GPU or node needs an operator, not the job's owner.
@@ -94,9 +113,14 @@ class NodeHealth:
     xids: list[Xid]  # newest first
     energy: dict[int, query.Energy]  # GPU id ->
     nvlink: query.NvlinkSeries
+    throttling: dict[int, query.Throttling] = field(default_factory=dict)  # GPU id ->
+    stragglers: list[query.StragglerRow] = field(default_factory=list)  # active now, on this node
 
 
 HEALTH_SPAN = timedelta(hours=24)
+# A GPU may assert a slowdown in only some of its samples (the reason comes and goes with the load): in
+# buckets of at least a minute, such a slowdown reads as one run, and "since" as when it began.
+SLOWDOWN_BUCKET_S = 60
 
 
 def load_node_health(pool: ConnectionPool[Any], node: str, range_key: str) -> NodeHealth | None:
@@ -119,6 +143,9 @@ def load_node_health(pool: ConnectionPool[Any], node: str, range_key: str) -> No
             [xid(e) for e in query.events(conn, window, kinds=("xid",), node=node, limit=XID_ROWS_MAX)],
             query.energy(conn, window, ids),
             query.nvlink_throughput(conn, window, bucket, ids),
+            throttling=query.throttling(conn, ids, window, max(bucket, SLOWDOWN_BUCKET_S)),
+            # The detector's stragglers are few (one per slowed job at most): pick this node's here.
+            stragglers=[s for s in query.stragglers(conn, window, active_only=True) if s.node == node],
         )
 
 
@@ -131,6 +158,18 @@ WATCH_LINK = "Watch the link; reset the GPU if they continue"
 CHECK_CABLE = "Check the cable, transceiver and switch port"
 RESEAT = "Flapping: reseat or replace the cable or transceiver"
 CHECK_COUNTERS = "Check the cable and the switch port's counters"
+COOL = "Check the node's cooling and fans: the GPU is too hot to run at full clocks"
+COOL_DOWN = "Check the node's cooling and fans: near 90 °C the GPU slows itself down"
+CHECK_POWER = "Power brake: check the node's power supplies and power delivery"
+COOL_OR_POWER = "Check the node's cooling and power supplies (HW slowdown: too hot, or a power brake)"
+WAITS = "The whole job waits for it"
+STRAGGLER_ACTIONS = {
+    "thermal": f"{WAITS}: cool the GPU (fans, airflow) or drain it and restart the job without it",
+    "power_cap": f"{WAITS}: check the GPU's power limit (nvidia-smi -q -d POWER)",
+    "slow_nic": f"{WAITS}: check the cable, transceiver and switch port",
+    "slow_host": f"{WAITS}: check the node's CPUs, storage and data loading",
+}
+UNKNOWN_STRAGGLER = f"{WAITS}: compare it with its peers on the job's page"
 
 
 @dataclass(frozen=True)
@@ -141,6 +180,7 @@ class Finding:
     since: datetime | None  # None: before the range
     action: str
     last: datetime | None = None  # the latest occurrence, for what happened more than once
+    job_id: str | None = None  # the job it concerns, linked from the finding
 
 
 def port_name(port: query.PortRow) -> str:
@@ -164,7 +204,8 @@ def plural(count: float, noun: str) -> str:
 
 def findings(health: NodeHealth) -> list[Finding]:
     """What needs an operator on this node, the most severe first, then the newest."""
-    found = _gpu_findings(health) + _xid_findings(health.xids) + _port_findings(health.ports)
+    found = _gpu_findings(health) + _slowdown_findings(health) + _straggler_findings(health.stragglers)
+    found += _xid_findings(health.xids) + _port_findings(health.ports)
     newest_first = sorted(found, key=lambda f: f.since.timestamp() if f.since else 0.0, reverse=True)
     return sorted(newest_first, key=lambda f: f.severity != "critical")
 
@@ -194,6 +235,73 @@ def _gpu_findings(health: NodeHealth) -> list[Finding]:
             what = plural(recoveries.increase, "NVLink link recovery")
             found.append(Finding("warning", name, what, recoveries.first_rise, WATCH_LINK, recoveries.last_rise))
     return found
+
+
+def _slowdown_findings(health: NodeHealth) -> list[Finding]:
+    """GPUs held below full clocks by heat or power, or too hot, in the newest bucket they reported."""
+    found = []
+    stale = health.window.end - SILENT_AFTER
+    for g in health.gpus:
+        seen = health.throttling.get(g.gpu.gpu_id)
+        if seen is None or g.last_seen is None or g.last_seen < stale:
+            continue  # a silent GPU is a finding of its own: what it said last is not what it does now
+        name, start = f"GPU {g.gpu.gpu_index}", health.window.start
+        slowed = (newest(seen.reasons) or 0) & SLOWDOWNS
+        if slowed:
+            hits = [None if r is None else bool(r & slowed) for r in seen.reasons]
+            what = "clocks held down: " + ", ".join(words for bit, words in REASONS.items() if slowed & bit)
+            found.append(Finding("warning", name, what, run_start(seen.times, hits, start), slowdown_action(slowed)))
+        temp = newest(seen.temp_c)
+        if temp is not None and temp >= OVER_TEMPERATURE_C:
+            hits = [None if t is None else t >= OVER_TEMPERATURE_C for t in seen.temp_c]
+            what = f"{temp:.0f} °C, at or above the {OVER_TEMPERATURE_C:.0f} °C alert threshold"
+            found.append(Finding("warning", name, what, run_start(seen.times, hits, start), COOL_DOWN))
+    return found
+
+
+def slowdown_action(slowed: int) -> str:
+    if slowed & THERMAL_SLOWDOWNS:
+        return COOL
+    return CHECK_POWER if slowed & HW_POWER_BRAKE else COOL_OR_POWER
+
+
+Reported = TypeVar("Reported")
+
+
+def newest(values: Sequence[Reported | None]) -> Reported | None:
+    """The newest value reported, from oldest-first buckets."""
+    return next((v for v in reversed(values) if v is not None), None)
+
+
+def run_start(times: Sequence[datetime], hits: Sequence[bool | None], start: datetime) -> datetime | None:
+    """The first bucket of the unbroken run of hits that ends in the newest reported bucket (a hit);
+    None: the run reaches the range's start, so it began before. A bucket that reported nothing says
+    nothing either way: it neither breaks the run nor extends it."""
+    first = None
+    for t, hit in zip(reversed(times), reversed(hits), strict=True):
+        if hit is None:
+            continue
+        if not hit:
+            break
+        first = t
+    return None if first is None or first <= start else first
+
+
+def _straggler_findings(stragglers: list[query.StragglerRow]) -> list[Finding]:
+    """What the straggler detector flags now: every rank of the job waits for this GPU, port or node."""
+    found = []
+    for s in stragglers:
+        what = f"straggler of job {s.job_id}: {s.cause}, ~{s.slowdown:.0%} slower"
+        action = STRAGGLER_ACTIONS.get(s.cause, UNKNOWN_STRAGGLER)
+        found.append(Finding("warning", straggler_subject(s), what, s.started_at, action, job_id=s.job_id))
+    return found
+
+
+def straggler_subject(s: query.StragglerRow) -> str:
+    """Named as the node's other findings name it: "GPU 2", "mlx5_3 port 1", "node"."""
+    if s.gpu is not None:
+        return f"GPU {s.gpu}"
+    return "node" if s.nic is None else f"{s.nic} port {s.port}"
 
 
 def _xid_findings(xids: list[Xid]) -> list[Finding]:

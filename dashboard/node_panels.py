@@ -9,16 +9,18 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+import dash_mantine_components as dmc
 import numpy as np
 import plotly.graph_objects as go
 from dash import dcc, html
 
 from gpuscope.collector import query
 from gpuscope.collector.query.arrays import nan_to_none
-from gpuscope.dashboard.components import ago, banner
+from gpuscope.dashboard.components import MUTED, ago, banner, job_href, styled_table
 from gpuscope.dashboard.figures import message_figure, plain
 from gpuscope.dashboard.node_data import (
     IB_ACTIVE,
+    OVER_TEMPERATURE_C,
     Finding,
     NodeHealth,
     Xid,
@@ -28,10 +30,10 @@ from gpuscope.dashboard.node_data import (
 )
 
 Kind = str | None  # "critical", "warning" or None: how a row stands out
-ROW_COLOURS = {"critical": "#fdecea", "warning": "#fff8e1"}
-FINDING_COLOURS = {"critical": "#b71c1c", "warning": "#e65100"}
-CELL = {"padding": "0.25em 0.8em", "borderBottom": "1px solid #eee", "textAlign": "left", "verticalAlign": "top"}
-NOTE = {"color": "#555", "fontSize": "0.9em"}
+ROW_COLOURS = {"critical": "var(--mantine-color-red-light)", "warning": "var(--mantine-color-yellow-light)"}
+FINDING_COLOURS = {"critical": "var(--mantine-color-red-text)", "warning": "var(--mantine-color-orange-text)"}
+CELL = {"textAlign": "left", "verticalAlign": "top"}
+NOTE = {"color": MUTED, "fontSize": "0.9em"}
 GB = 1e9
 
 
@@ -45,7 +47,7 @@ def since(ts: datetime | None) -> str:
 
 def rows_table(
     headers: Sequence[str], rows: Sequence[tuple[Sequence[Any], Kind]], id: str, wrap: Sequence[int] = ()
-) -> html.Table:
+) -> dmc.Table:
     """A table whose rows may stand out: each row comes with its kind. Cells stay on one line but in the
     `wrap` columns (long text: meanings, actions)."""
     styles = [CELL if i in wrap else {**CELL, "whiteSpace": "nowrap"} for i in range(len(headers))]
@@ -57,11 +59,7 @@ def rows_table(
         )
         for cells, kind in rows
     ]
-    return html.Table(
-        [html.Thead(html.Tr([html.Th(h, style=CELL) for h in headers])), html.Tbody(body)],
-        id=id,
-        style={"borderCollapse": "collapse", "fontSize": "0.92em", "marginBottom": "0.6em"},
-    )
+    return styled_table([html.Thead(html.Tr([html.Th(h, style=CELL) for h in headers])), html.Tbody(body)], id)
 
 
 def findings_panel(found: list[Finding]) -> html.Div:
@@ -70,7 +68,8 @@ def findings_panel(found: list[Finding]) -> html.Div:
     if not found:
         return banner(
             "Nothing needs an operator in this range: no hardware XID, no uncorrectable ECC error, no pending or "
-            "failed row remap, every InfiniBand port Active without errors, every GPU answering.",
+            "failed row remap, every InfiniBand port Active without errors, every GPU answering, none held down "
+            f"by heat or power or at {OVER_TEMPERATURE_C:.0f} °C and above, no straggler.",
             "info",
         )
     by_subject: dict[str, list[Finding]] = {}
@@ -81,7 +80,7 @@ def findings_panel(found: list[Finding]) -> html.Div:
         worst = "critical" if any(f.severity == "critical" for f in items) else "warning"
         lines = [
             html.Li(
-                [html.Strong(f.what), f" {when(f)}", html.Br(), html.Span(f.action, style=NOTE)],
+                [html.Strong(f.what), f" {when(f)}", *job_link(f), html.Br(), html.Span(f.action, style=NOTE)],
                 className=f"finding finding-{f.severity}",
                 style={"margin": "0.15em 0"},
             )
@@ -102,12 +101,16 @@ def findings_panel(found: list[Finding]) -> html.Div:
     return html.Div(boxes, id="node-findings-list")
 
 
+def job_link(f: Finding) -> list[Any]:
+    return [" · ", dcc.Link(f"job {f.job_id}", href=job_href(f.job_id), className="finding-job")] if f.job_id else []
+
+
 def when(f: Finding) -> str:
     last = f", last at {utc(f.last)} UTC" if f.last and f.last != f.since else ""
     return since(f.since) + last
 
 
-def jobs_panel(jobs: list[query.NodeJob]) -> html.Div | html.Table:
+def jobs_panel(jobs: list[query.NodeJob]) -> html.Div | dmc.Table:
     if not jobs:
         return banner("No job held this node's GPUs in this range.", "empty")
     rows = []
@@ -133,7 +136,7 @@ def indices(values: Sequence[int]) -> str:
     return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs) or "-"
 
 
-def xid_panel(xids: list[Xid]) -> html.Div | html.Table:
+def xid_panel(xids: list[Xid]) -> html.Div | dmc.Table:
     if not xids:
         return banner("No XID errors in this range.", "empty")
     rows = [
@@ -158,7 +161,7 @@ def counted(use: query.CounterUse, noun: str) -> str:
     return plural(0, noun) if not use.latest else f"none in range{total}"
 
 
-def memory_panel(gpus: list[query.GpuHealth]) -> html.Div | html.Table:
+def memory_panel(gpus: list[query.GpuHealth]) -> html.Div | dmc.Table:
     if not gpus:
         return banner("No GPUs on this node.", "empty")
     rows = []
@@ -213,7 +216,7 @@ PORT_NOUNS = {
 }
 
 
-def ib_panel(ports: list[query.PortHealth]) -> html.Div | html.Table:
+def ib_panel(ports: list[query.PortHealth]) -> html.Div | dmc.Table:
     if not ports:
         return banner("No InfiniBand ports on this node.", "empty")
     rows = []
@@ -257,7 +260,7 @@ def ib_panel(ports: list[query.PortHealth]) -> html.Div | html.Table:
     return rows_table(headers, rows, "node-ib-table", wrap=(1, 2, 4, 5, 6, 7))
 
 
-def nvlink_panel(gpus: list[query.GpuHealth], series: query.NvlinkSeries) -> html.Table:
+def nvlink_panel(gpus: list[query.GpuHealth], series: query.NvlinkSeries) -> dmc.Table:
     rows: list[tuple[Sequence[Any], Kind]] = []
     for g in gpus:
         name = f"GPU {g.gpu.gpu_index}"
@@ -317,7 +320,7 @@ def kwh(value: float) -> str:
     return f"{value:.3f} kWh" if value < 10 else f"{value:.1f} kWh"
 
 
-def energy_panel(health: NodeHealth) -> html.Div | html.Table:
+def energy_panel(health: NodeHealth) -> html.Div | dmc.Table:
     if not health.gpus:
         return banner("No GPUs on this node.", "empty")
     minutes = health.window.seconds / 60

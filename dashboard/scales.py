@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 Worst = Literal["mean", "max", "min"]
 GIB = 2**30
 
@@ -32,6 +34,10 @@ class Scale:
     rows: Worst = "mean"  # how a row of several GPUs sums them up
     factor: float = 1.0  # shown = stored x factor (bytes as GiB)
     digits: int = 1
+    # A line chart's value axis: "fixed" spans zmin..zmax (stretched only to fit what is outside), so a
+    # 97-100% wiggle reads as flat full load; "zero" starts at 0 and ends at the data's top or the GPU's
+    # own limit (power differs by model, memory by card).
+    axis: Literal["fixed", "zero"] = "fixed"
 
     def per(self, level: str) -> str:
         if level == "gpu":
@@ -45,10 +51,26 @@ SCALES: dict[str, Scale] = {
     "sm_active_pct": Scale("SM activity (%)", "%", 0, 100),
     "tensor_active_pct": Scale("Tensor activity (%)", "%", 0, 100),
     "temp_c": Scale("Temperature (°C)", "°C", 20, 95, THERMAL, rows="max", digits=0),
-    "power_w": Scale("Power (W)", "W", 0, 1000, "Cividis", digits=0),
-    "fb_used_bytes": Scale("Memory used (GiB)", "GiB", 0, None, "Blues", factor=1 / GIB),
+    "power_w": Scale("Power (W)", "W", 0, 1000, "Cividis", digits=0, axis="zero"),
+    "fb_used_bytes": Scale("Memory used (GiB)", "GiB", 0, None, "Blues", factor=1 / GIB, axis="zero"),
     "sm_clock_mhz": Scale("SM clock (MHz)", "MHz", 0, 2100, "Cividis", rows="min", digits=0),
 }
+
+
+def axis_range(scale: Scale, shown: np.ndarray, top: float | None = None) -> list[float] | None:
+    """The value axis of a line chart of `shown` (values in the scale's unit, NaN: no data); `top`: the
+    device's own ceiling in that unit (its memory). None: Plotly's autorange (a scale without a range)."""
+    seen = shown[np.isfinite(shown)]
+    low, high = (float(seen.min()), float(seen.max())) if seen.size else (None, None)
+    if scale.axis == "zero":
+        ceiling = max(top or 0.0, high or 0.0)
+        return [0.0, ceiling * 1.05] if ceiling > 0 else None
+    if scale.zmin is None or scale.zmax is None:
+        return None
+    return [
+        min(scale.zmin, low if low is not None else scale.zmin),
+        max(scale.zmax, high if high is not None else scale.zmax),
+    ]
 
 
 def scale_of(metric: str) -> Scale:

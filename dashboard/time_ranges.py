@@ -10,6 +10,7 @@ from typing import Any
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from gpuscope.collector import query
+from gpuscope.dashboard.components import ERROR_TEXT
 
 PRESETS_S = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600, "7d": 7 * 86400}
 SEPARATOR = ".."
@@ -72,7 +73,7 @@ def picker(component_id: str, key: str) -> html.Div:
             dcc.Input(id=f"{component_id}-to", type="text", placeholder=EXAMPLE, size="16", style=moment),
             html.Span(" UTC", style={"fontSize": "0.9em"}),
             html.Button("show", id=f"{component_id}-apply", n_clicks=0, style=field),
-            html.Span(id=f"{component_id}-error", className="range-error", style={**field, "color": "#b71c1c"}),
+            html.Span(id=f"{component_id}-error", className="range-error", style={**field, "color": ERROR_TEXT}),
         ],
         className="range-picker",
         style={"display": "flex", "flexWrap": "wrap", "alignItems": "center", "gap": "0.2em", "margin": "0.4em 0"},

@@ -5,6 +5,7 @@ the straggler watch its stragglers) and read the samples they work on with their
 from gpuscope.collector.query.events import EventRow, events
 from gpuscope.collector.query.fleet import FleetSummary, UnhealthyGpu, fleet_summary, unhealthy_gpus
 from gpuscope.collector.query.heatmap import Heatmap, Series, heatmap, series
+from gpuscope.collector.query.held_by import held_by
 from gpuscope.collector.query.inventory import (
     GpuRow,
     PortRow,
@@ -14,6 +15,7 @@ from gpuscope.collector.query.inventory import (
     select_ports,
 )
 from gpuscope.collector.query.jobs import JobGpu, JobRow, JobState, MigRow, Usage, job, job_gpus, jobs
+from gpuscope.collector.query.memory_totals import memory_totals
 from gpuscope.collector.query.nic import NicSeries, nic_series
 from gpuscope.collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
 from gpuscope.collector.query.spacing import fillable_bucket, fillable_buckets, sample_spacing
@@ -43,11 +45,13 @@ __all__ = [
     "fillable_buckets",
     "fleet_summary",
     "heatmap",
+    "held_by",
     "inventory_counts",
     "job",
     "job_gpus",
     "jobs",
     "last",
+    "memory_totals",
     "nic_series",
     "rack_count",
     "rack_nameplate_w",
@@ -117,3 +121,8 @@ __all__ += [
 from gpuscope.collector.query.search import Found, search  # noqa: E402
 
 __all__ += ["Found", "search"]
+
+# The node page's slowdown and temperature findings (dashboard/node_data.py).
+from gpuscope.collector.query.throttling import Throttling, throttling  # noqa: E402
+
+__all__ += ["Throttling", "throttling"]

@@ -91,9 +91,16 @@ def _with_usage(picked: str, select: str) -> str:
         "   WHERE a.job_id IN (SELECT job_id FROM picked)),"
         f" usage AS (SELECT a.allocation_id, {columns} FROM alloc a JOIN gpu_rollup_1h r"
         "   ON r.gpu_id = a.gpu_id AND r.bucket >= a.h_lo AND r.bucket < a.h_hi WHERE a.mig_id IS NULL"
+        # The minutes of [started_at, hi) outside the hours [h_lo, h_hi), as two plain ranges of the
+        # primary key (before h_lo; from h_hi, or from h_lo where the job spans no whole hour): written
+        # as one range with an OR, the planner combined the key with a scan of the BRIN bucket index
+        # for every allocation, several times the cost of the rows read.
         f"  UNION ALL SELECT a.allocation_id, {columns} FROM alloc a JOIN gpu_rollup_1m r"
-        "   ON r.gpu_id = a.gpu_id AND r.bucket >= a.started_at AND r.bucket < a.hi"
-        "   AND (r.bucket < a.h_lo OR r.bucket >= a.h_hi) WHERE a.mig_id IS NULL"
+        "   ON r.gpu_id = a.gpu_id AND r.bucket >= a.started_at AND r.bucket < least(a.hi, a.h_lo)"
+        "   WHERE a.mig_id IS NULL"
+        f"  UNION ALL SELECT a.allocation_id, {columns} FROM alloc a JOIN gpu_rollup_1m r"
+        "   ON r.gpu_id = a.gpu_id AND r.bucket >= greatest(a.started_at, a.h_lo, a.h_hi) AND r.bucket < a.hi"
+        "   WHERE a.mig_id IS NULL"
         f"  UNION ALL {MIG_USAGE}),"
         f" per_alloc AS (SELECT allocation_id, {sums} FROM usage GROUP BY 1) {select}"
     )

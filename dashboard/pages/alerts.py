@@ -18,7 +18,7 @@ from gpuscope.dashboard.alert_tables import (
     silence_matchers_by_alert,
     silences_table,
 )
-from gpuscope.dashboard.components import banner, guarded, nothing
+from gpuscope.dashboard.components import MUTED, banner, guarded, nothing
 from gpuscope.dashboard.context import Context
 
 TITLE = "Alerts"
@@ -78,7 +78,7 @@ def _silence_form(ctx: Context) -> html.Div:
             html.H3("New silence"),
             html.Div(
                 "“Silence this” on an alert fills in its labels; say why, then Silence.",
-                style={"color": "#777", "fontSize": "0.9em"},
+                style={"color": MUTED, "fontSize": "0.9em"},
             ),
             dcc.Input(
                 id="silence-matchers", placeholder="node=gpu-07, alertname=GpuOverTemperature", style={"width": "36em"}

@@ -10,7 +10,7 @@ from urllib.parse import quote
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from gpuscope.dashboard import data, time_ranges
-from gpuscope.dashboard.components import banner, guarded, query_params, query_string
+from gpuscope.dashboard.components import MUTED, banner, guarded, query_params, query_string
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import METRICS, heatmap_figure, message_figure, unplain
 from gpuscope.dashboard.grid import Grid
@@ -55,7 +55,7 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
             html.Div(id="heatmap-status"),
             dcc.Graph(id="heatmap-graph", config={"displaylogo": False}),
             dcc.Store(id="heatmap-targets", data={}),
-            html.Div("Click a cell to open its node.", style={"color": "#777"}),
+            html.Div("Click a cell to open its node.", style={"color": MUTED}),
         ]
     )
 

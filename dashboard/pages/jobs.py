@@ -9,7 +9,7 @@ from typing import Any
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from gpuscope.dashboard import time_ranges
-from gpuscope.dashboard.components import banner, guarded
+from gpuscope.dashboard.components import MUTED, banner, guarded
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.job_data import load_jobs_list
 from gpuscope.dashboard.job_table import jobs_table
@@ -62,7 +62,7 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
                     dcc.Link("clear filters", href="/jobs", id="jobs-clear", style=INLINE),
                 ]
             ),
-            html.Div(id="jobs-count", style={"color": "#555", "margin": "0.4em 0"}),
+            html.Div(id="jobs-count", style={"color": MUTED, "margin": "0.4em 0"}),
             html.Div(id="jobs-table", className="output"),
         ]
     )

@@ -14,21 +14,9 @@ from gpuscope.dashboard import data, node_panels, time_ranges
 from gpuscope.dashboard.components import banner, guarded, nothing, query_params, query_string, table
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import message_figure, nic_figure, series_figure
-from gpuscope.dashboard.node_data import findings, load_node_health
+from gpuscope.dashboard.node_data import REASONS, findings, load_node_health
 
 TITLE = "Node"
-# NVML clock event reasons (nvmlClocksEventReasons*)
-REASONS = {
-    0x1: "GPU idle",
-    0x2: "applications clocks",
-    0x4: "SW power cap",
-    0x8: "HW slowdown",
-    0x10: "sync boost",
-    0x20: "SW thermal slowdown",
-    0x40: "HW thermal slowdown",
-    0x80: "HW power brake",
-    0x100: "display clocks",
-}
 # The health panels read raw samples (counters have no rollups): a long range is read again about every
 # 1/1440th of its length (a minute for 24 h), not at every refresh; its newest minute barely moves it.
 HEALTH_EVERY_FRACTION = 1 / 1440
@@ -117,7 +105,9 @@ def register(app: Dash, ctx: Context) -> None:
         return (
             [],
             table(["GPU", "reasons"], reasons, id="reasons-table"),
-            series_figure(loaded.series, data.NODE_METRICS, revision),
+            series_figure(
+                loaded.series, data.NODE_METRICS, revision, {"fb_used_bytes": loaded.memory_total_bytes}, loaded.jobs
+            ),
             nic_figure(loaded.nic, revision) if loaded.nic else message_figure("No InfiniBand ports on this node."),
             table(["time (UTC)", "GPU", "kind", "code", "count", "message"], events, id="events-table")
             if events

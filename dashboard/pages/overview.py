@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+import dash_mantine_components as dmc
 from dash import Dash, Input, Output, dcc, html
 
 from gpuscope.dashboard import data, time_ranges
 from gpuscope.dashboard.components import (
+    MUTED,
     ago,
     badge,
     banner,
@@ -121,7 +123,7 @@ def headline(overview: data.OverviewData, firing: int, range_key: str) -> list[A
         )
         for key, label, colour, meaning in STATES
     ]
-    legend.append(html.Span(f"of {summary.gpus_known} GPUs", style={"color": "#666"}))
+    legend.append(html.Span(f"of {summary.gpus_known} GPUs", style={"color": MUTED}))
     stragglers = len(overview.attention.stragglers)
     cards = [
         _card("activity", "activity of working GPUs", _activity(summary), "SM activity (tensor cores)"),
@@ -144,7 +146,7 @@ def _card(key: str, label: str, value: str, note: str, href: str | None = None) 
     if note:
         body.append(html.Div(note, className="card-note"))
     content: Any = dcc.Link(body, href=href, className="card-link") if href else body
-    return html.Div(content, id=key, className="card")
+    return dmc.Paper(content, id=key, className="card", withBorder=True, radius="md")
 
 
 def _activity(summary: Any) -> str:

@@ -90,10 +90,20 @@ def console_errors(driver: Any) -> list[str]:
     return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
-def screenshot(driver: Any, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+def screenshot(driver: Any, name: str, whole_page: bool = False) -> Path:
+    """The window as it shows, or with `whole_page` the page from top to bottom (through the DevTools
+    protocol: resizing the window instead would make Plotly redraw every chart)."""
     path = ARTIFACTS / f"{name}.png"
-    driver.save_screenshot(str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not whole_page:
+        driver.save_screenshot(str(path))
+        return path
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 8000), "scale": 1}
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path.write_bytes(base64.b64decode(shot["data"]))
     return path
 
 

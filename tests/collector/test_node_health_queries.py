@@ -279,3 +279,18 @@ def _allocate(
             " VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (job, user, node_id, gpu_id, start, end or at(600), end),
         )
+
+
+def test_each_bucket_names_the_job_that_held_the_gpu(conn: psycopg.Connection) -> None:
+    """What a chart's hover says beside a value: the job that held that GPU in that bucket."""
+    minutes = [at(60 * m) for m in range(10)]
+    held = query.held_by(conn, [("n1", 0), ("n1", 2), ("n2", 0), ("nowhere", 0)], minutes, 60)
+    assert list(held[0]) == ["job train-7 (ada)"] * 10
+    # eval-3 held it from minute 1 to minute 5: a bucket it neither entered before its end nor left after
+    # its start is not its own.
+    assert list(held[1]) == [""] + ["job eval-3 (bob)"] * 4 + [""] * 5
+    assert list(held[2]) == ["job elsewhere (dee)"] * 10
+    assert list(held[3]) == [""] * 10
+    # One wide bucket across a change of hands names both, oldest first.
+    [[both]] = query.held_by(conn, [("n1", 0)], [at(-200)], 600)
+    assert both == "job long-gone (cy), job train-7 (ada)"

@@ -8,7 +8,7 @@ import numpy as np
 
 from gpuscope.collector.query import GpuRow, Heatmap, RackPower
 from gpuscope.dashboard.figures import Mark, heatmap_figure, rack_power_figure
-from gpuscope.dashboard.grid import MAX_CELLS, choose_level, to_grid
+from gpuscope.dashboard.grid import JOB_HOVER_CELLS_MAX, MAX_CELLS, choose_level, to_grid, with_jobs
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -68,3 +68,27 @@ def test_coarsen_widens_buckets_for_the_screen() -> None:
     wide = coarsen(Heatmap("util_pct", 60, rows, times, values), 120)
     assert wide.bucket_s == 120 and wide.times == [T0, T0 + timedelta(minutes=2), T0 + timedelta(minutes=4)]
     assert wide.values.tolist() == [[15.0, 40.0, 50.0]], "a missing minute does not count as zero"
+
+
+def test_hovers_name_each_cells_job_as_plain_text_while_that_stays_small() -> None:
+    asked: list[list[tuple[str, int]]] = []
+
+    def held(places: list[tuple[str, int]]) -> np.ndarray:
+        asked.append(places)
+        jobs = np.full((len(places), 2), "", dtype=object)
+        jobs[0] = ["job train-7 (ada)", "job <b>x</b>"]  # a hostile job name stays text
+        return jobs
+
+    grid = with_jobs(to_grid(small_heatmap(), "gpu"), held)
+    assert asked == [[("n0", 0), ("n0", 1), ("n1", 0), ("n1", 1)]]
+    trace = heatmap_figure(grid, revision="1h").data[0]
+    assert "%{customdata}" in trace.hovertemplate and "°" not in trace.hovertemplate
+    # Bottom-up like the rows: the first GPU's cells are the last row.
+    assert list(trace.customdata[-1]) == ["job train-7 (ada)", "job &lt;b&gt;x&lt;/b&gt;"]
+    assert list(trace.customdata[0]) == ["in no job", "in no job"]
+    # Node rows hold several GPUs' jobs, and a large grid would grow by a string per cell: neither asks.
+    assert with_jobs(to_grid(small_heatmap(), "node"), held).jobs is None
+    columns = JOB_HOVER_CELLS_MAX // 4 + 1
+    wide = Heatmap("util_pct", 60, small_heatmap().rows, [T0] * columns, np.zeros((4, columns)))
+    assert with_jobs(to_grid(wide, "gpu"), held).jobs is None and len(asked) == 1
+    assert "customdata" not in heatmap_figure(to_grid(small_heatmap(), "gpu"), revision="1h").data[0].hovertemplate

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+from selenium.webdriver.common.action_chains import ActionChains
 
 from gpuscope.bench.browser import console_errors, open_page, screenshot, wait_until
 from gpuscope.collector import query
@@ -189,6 +190,34 @@ def test_a_job_page_sums_up_its_efficiency_and_links_its_nodes(cluster: Cluster,
     assert console_errors(browser) == []
     browser.find_element("link text", "gpu-a02").click()
     wait_until(browser, lambda: browser.find_element("id", "node-title").text == "Node gpu-a02", 10, "the node page")
+
+
+# The label Plotly draws when the pointer rests on a point: [{curveNumber, pointNumber}] as Plotly takes it.
+HOVER_JS = """
+const [graph, points] = arguments;
+const gd = document.querySelector('#' + graph + ' .js-plotly-plot');
+Plotly.Fx.hover(gd, points);
+const layer = gd.querySelector('.hoverlayer');
+return layer ? layer.textContent : '';
+"""
+
+
+def test_hovers_give_the_value_its_unit_and_its_job(cluster: Cluster, browser: Any) -> None:
+    open_page(browser, cluster.url + "/jobs/train-7")
+    # A real pointer over the heatmap's middle (Plotly's drag layer covers the plot area).
+    area = browser.find_element("css selector", "#job-heatmap .nsewdrag")
+    ActionChains(browser).move_to_element(area).perform()
+    cell = wait_until(
+        browser, lambda: browser.execute_script("return document.querySelector('#job-heatmap .hoverlayer').textContent")
+    )
+    assert re.search(r"gpu\d.*\d+\.\d %job train-7 \(alice\)$", cell), cell
+    # The node page's lines: notebook-1 took GPU 1 of gpu-b02 under a minute ago, no job held it before;
+    # prep-12 left GPU 0 twenty minutes ago.
+    open_page(browser, cluster.url + "/node/gpu-b02?range=15m")
+    held = browser.execute_script("return document.querySelector('#node-series .js-plotly-plot').data[1].customdata")
+    assert held[-1] == "job notebook-1 (dave)" and held[0] == "in no job", held
+    first = browser.execute_script(HOVER_JS, "node-series", [{"curveNumber": 0, "pointNumber": 0}])
+    assert first.startswith("gpu0") and "%" in first and first.endswith("in no job"), first
 
 
 def test_an_idle_half_and_a_gpu_without_activity_counters_are_said_so(cluster: Cluster, browser: Any) -> None:

@@ -1,8 +1,9 @@
 """The node page tells an operator what is wrong on a node and since when, in real headless Chromium over a
 real collector: a simulated H100 node's 40 minutes, with faults staged on top of the simulator's readings
 (an uncorrectable ECC error whose row remap waits for a reset, an NVLink error, application XIDs, an
-InfiniBand port that flapped twice), and a quiet PCIe node without NVLink or InfiniBand. The panels'
-pure parts (state words, XID actions, findings) are tested directly too."""
+InfiniBand port that flapped twice), and a quiet PCIe node without NVLink or InfiniBand; and the busy
+little cluster (busy_cluster.py), whose hot GPU slows down and is its job's straggler. The panels' pure
+parts (state words, XID actions, findings) are tested directly too."""
 
 from __future__ import annotations
 
@@ -18,11 +19,22 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
+from gpuscope.alerts.rules import default_rules_text, parse_rules
 from gpuscope.bench.browser import console_errors, graph_data, open_page, screenshot
 from gpuscope.collector import query
 from gpuscope.collector.query.counters import CounterUse, StateUse, Summary
 from gpuscope.core.embedded_pg import EmbeddedPostgres
-from gpuscope.dashboard.node_data import NodeHealth, findings, state_words, xid
+from gpuscope.core.pools import open_read_pool
+from gpuscope.dashboard.node_data import (
+    CHECK_POWER,
+    COOL,
+    OVER_TEMPERATURE_C,
+    NodeHealth,
+    findings,
+    load_node_health,
+    state_words,
+    xid,
+)
 from gpuscope.dashboard.node_panels import indices
 from gpuscope.dashboard.pages.node import health_due
 from gpuscope.exporter.events import XID, Event
@@ -30,18 +42,32 @@ from gpuscope.exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_top
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, PortReading, Snapshot
 from gpuscope.exporter.wire import Origin
 from tests.collector.helpers import push_binary
+from tests.conftest import new_database
+from tests.dashboard import busy_cluster
 from tests.dashboard.helpers import dashboard_over_collector
-from tests.processes import RunningCollector
+from tests.processes import RunningCollector, running_collector
 
 NODE, QUIET = "node-000", "pcie-01"
 HISTORY_S, STEP_S = 2400, 10
 ECC_AT, NVLINK_AT, APP_AT = -1500, -480, -1980  # seconds from now: GPU 3's ECC error, GPU 5's NVLink error
 FLAPS = ((-1200, 3), (-360, 2))  # mlx5_2 goes down at these times for this many samples
+# busy_cluster's GPU heats up 1500 s into a history that ends ~20 s before loading ends: ~15 min ago, and
+# a little more by the time a page shows it.
+HOT_SINCE_MIN = range(15, 18)
 
 
 @pytest.fixture(scope="module")
 def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
     with dashboard_over_collector(postgres, _load) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def busy(postgres: EmbeddedPostgres) -> Iterator[str]:
+    def load(collector: RunningCollector) -> None:
+        busy_cluster.load(collector)
+
+    with dashboard_over_collector(postgres, load) as url:
         yield url
 
 
@@ -130,14 +156,7 @@ def _push_quiet_node(collector: RunningCollector, now: float) -> None:
 
 def test_the_node_page_says_what_is_wrong_and_since_when(dashboard: str, browser: Any) -> None:
     open_page(browser, f"{dashboard}/node/{NODE}")
-    groups = browser.find_elements("css selector", "#node-findings-list .findings-of")
-    found = {
-        group.find_element("tag name", "strong").text: [
-            li.text.replace("\n", " ") for li in group.find_elements("tag name", "li")
-        ]
-        for group in groups
-    }
-    severities = [group.get_attribute("class") for group in groups]
+    found, severities = _findings(browser)
     assert severities == sorted(severities), "GPUs and ports with critical findings first"
     assert list(found)[-1] == "mlx5_2 port 1", "a port that flapped and is up again is a warning"
     assert _one(found["GPU 3"], "1 uncorrectable ECC error since").endswith("have it serviced if they recur")
@@ -209,6 +228,35 @@ def test_a_quiet_node_says_so_rather_than_showing_empty_charts(dashboard: str, b
     assert console_errors(browser) == []
 
 
+def test_a_hot_gpu_that_slows_its_job_is_named_with_its_slowdown_temperature_and_job(busy: str, browser: Any) -> None:
+    open_page(browser, f"{busy}/node/{busy_cluster.HOT[0]}")
+    found, severities = _findings(browser)
+    assert list(found) == ["GPU 2"] and severities == ["findings-of findings-warning"], found
+    slowed = _one(found["GPU 2"], "clocks held down: HW thermal slowdown since")
+    assert _minutes_ago(slowed) in HOT_SINCE_MIN and "cooling and fans" in slowed
+    hot = next(item for item in found["GPU 2"] if " °C, at or above the 85 °C alert threshold since" in item)
+    assert 90 <= int(hot.split()[0]) <= 105 and _minutes_ago(hot) in HOT_SINCE_MIN, hot
+    straggler = _one(found["GPU 2"], "straggler of job train-7: thermal, ~")
+    slower = re.search(r"~(\d+)% slower since", straggler)
+    assert slower and 10 <= int(slower[1]) <= 30, straggler
+    assert _minutes_ago(straggler) in HOT_SINCE_MIN and "The whole job waits for it" in straggler
+    finding_link = browser.find_element("css selector", "#node-findings .finding-job")
+    assert finding_link.get_attribute("href") == f"{busy}/jobs/train-7", "the straggler's job, from the finding"
+    link = browser.find_element("css selector", "#node-jobs-table tbody tr a")
+    assert link.text == "train-7" and link.get_attribute("href") == f"{busy}/jobs/train-7", "the job, a click away"
+    assert console_errors(browser) == []
+
+    open_page(browser, f"{busy}/node/gpu-a01")
+    assert "Nothing needs an operator in this range" in browser.find_element("id", "node-findings").text, (
+        "the ranks that wait for the straggler are not at fault"
+    )
+    open_page(browser, f"{busy}/node/gpu-b01")
+    found, _ = _findings(browser)
+    assert list(found) == ["GPU 3"], "hot, reporting no clock event reasons: no slowdown named"
+    (hot,) = found["GPU 3"]
+    assert hot.startswith("91 °C, at or above the 85 °C alert threshold since") and _minutes_ago(hot) in (30, 31)
+
+
 def test_ib_states_in_words() -> None:
     assert state_words(4, 5) == "Active (LinkUp)"
     assert state_words(1, 2) == "Down (Polling)" and state_words(1, 3) == "Down (Disabled)"
@@ -252,6 +300,118 @@ def test_gpu_indices_as_runs_and_long_ranges_read_less_often() -> None:
     assert indices([0, 1, 2, 3, 6]) == "0-3, 6" and indices([4, 5]) == "4, 5" and indices([]) == "-"
     assert [health_due(n, "24h", 5000) for n in (None, 1, 11, 12)] == [True, False, False, True]
     assert all(health_due(n, "1h", 5000) for n in range(5)), "an hour is read at every refresh"
+
+
+MINUTE = timedelta(minutes=1)
+
+
+def _throttled(
+    reasons: list[int | None], temps: list[float | None], last_seen: timedelta = timedelta(0), lead: timedelta = MINUTE
+) -> NodeHealth:
+    """One GPU (index 2, id 7) answering `last_seen` ago, with one minute bucket per value, the newest a
+    minute ago; the range starts `lead` before the first bucket (negative: inside it, as the first
+    bucket's aligned start is read whole)."""
+    now = datetime.now(UTC)
+    times = [now - MINUTE * (len(reasons) - i) for i in range(len(reasons))]
+    window = query.TimeRange(times[0] - lead, now)
+    gpu = query.GpuHealth(Summary(now - last_seen, {}, {}), query.GpuRow(7, "c", "r", "n", 2, "u"))
+    empty = query.NvlinkSeries(60, [7], [], _nan(1), _nan(1))
+    return NodeHealth(window, [gpu], [], [], [], {}, empty, {7: query.Throttling(times, reasons, temps)})
+
+
+def test_a_thermal_or_power_slowdown_now_is_named_since_its_run_began() -> None:
+    health = _throttled([0x40, 0, 0x40, None, 0x40 | 0x8, 0x40], [None] * 6)
+    (found,) = findings(health)
+    assert (found.severity, found.subject, found.what) == ("warning", "GPU 2", "clocks held down: HW thermal slowdown")
+    assert found.since == health.throttling[7].times[2], "a bucket without samples does not break the run"
+    assert found.action == COOL
+
+    (both,) = findings(_throttled([0x40, 0x48], [None, None]))
+    assert both.what == "clocks held down: HW slowdown, HW thermal slowdown"
+    (brake,) = findings(_throttled([0x80] * 3, [None] * 3, lead=-timedelta(seconds=30)))
+    assert brake.what == "clocks held down: HW power brake" and brake.action == CHECK_POWER
+    assert brake.since is None, "throttled since the range's first bucket: since before the range"
+    assert findings(_throttled([0x40, 0x40, 0], [None] * 3)) == [], "over: nothing now"
+
+
+def test_reasons_that_are_no_slowdown_are_not_findings() -> None:
+    idle, power_cap, clocks_set, sync_boost = 0x1, 0x4, 0x2, 0x10
+    for bits in (idle, power_cap, clocks_set, sync_boost, idle | power_cap):
+        assert findings(_throttled([bits] * 3, [60.0] * 3)) == [], hex(bits)
+
+
+def test_a_gpu_at_the_alert_threshold_is_too_hot_and_one_degree_under_is_not() -> None:
+    assert findings(_throttled([None], [84.0])) == [] and findings(_throttled([None] * 3, [90.0, 90.0, 84.0])) == []
+    (at,) = findings(_throttled([None], [85.0]))
+    assert at.what == "85 °C, at or above the 85 °C alert threshold" and at.severity == "warning"
+    health = _throttled([None] * 4, [90.0, 84.0, 85.0, 88.4])
+    (hot,) = findings(health)
+    assert hot.what == "88 °C, at or above the 85 °C alert threshold"
+    assert hot.since == health.throttling[7].times[2], "since it went over again"
+
+
+def test_the_temperature_threshold_is_the_shipped_alert_rules() -> None:
+    rules = {rule.alert: rule for group in parse_rules(default_rules_text()) for rule in group.rules}
+    assert f"temp_c >= {OVER_TEMPERATURE_C:g}" in rules["GpuOverTemperature"].expr
+
+
+def test_a_silent_gpu_says_nothing_about_its_clocks_now() -> None:
+    found = findings(_throttled([0x40] * 3, [97.0] * 3, last_seen=timedelta(minutes=10)))
+    assert [(f.severity, f.subject, f.what) for f in found] == [("critical", "node", "no GPU answers")]
+
+
+def test_a_straggler_is_named_with_its_job_cause_and_slowdown() -> None:
+    now = datetime.now(UTC)
+    window = query.TimeRange(now - timedelta(hours=1), now)
+
+    def straggler(gpu: int | None, nic: str | None, cause: str) -> query.StragglerRow:
+        started = now - 10 * MINUTE
+        port = 1 if nic else None
+        return query.StragglerRow("train-7", "c", "r", "n", gpu, None, nic, port, cause, 0.21, {}, started, now, None)
+
+    gpus = [query.GpuHealth(Summary(now, {}, {}), query.GpuRow(i, "c", "r", "n", i, "u")) for i in range(4)]
+    stragglers = [straggler(2, None, "thermal"), straggler(None, "mlx5_3", "slow_nic"), straggler(None, None, "x")]
+    empty = query.NvlinkSeries(60, [0, 1, 2, 3], [], _nan(4), _nan(4))
+    found = findings(NodeHealth(window, gpus, [], [], [], {}, empty, stragglers=stragglers))
+    assert [(f.severity, f.subject, f.what) for f in found] == [
+        ("warning", "GPU 2", "straggler of job train-7: thermal, ~21% slower"),
+        ("warning", "mlx5_3 port 1", "straggler of job train-7: slow_nic, ~21% slower"),
+        ("warning", "node", "straggler of job train-7: x, ~21% slower"),
+    ]
+    assert all(f.since == now - 10 * MINUTE for f in found)
+    assert "cool the GPU" in found[0].action and "switch port" in found[1].action and "peers" in found[2].action
+
+
+def test_a_slowdown_asserted_in_some_samples_reads_as_one_run_not_as_their_mean(postgres: EmbeddedPostgres) -> None:
+    """Every other sample of the last 10 minutes sets HW thermal slowdown (0x40): a mean of the masks would
+    read 0x20, SW thermal slowdown, and a run of single samples would begin 5 s ago."""
+    now = time.time()
+    origin = Origin("c", "r", "duty-01", "nvml", str(uuid.uuid4()))
+    gpu = GpuIdentity(0, f"GPU-{uuid.uuid4()}", "H100", "00:00")
+    snapshots = [
+        Snapshot(now + t, (GpuReading(gpu, True, {"clock_event_reasons": 0x40 * (t // 5 % 2), "temp_c": 80.0}),), ())
+        for t in range(-600, 0, 5)
+    ]
+    dsn = new_database(postgres)
+    with running_collector(dsn) as collector, open_read_pool(dsn, max_size=1) as pool:
+        push_binary(collector, origin, 0, snapshots)
+        health = load_node_health(pool, "duty-01", "15m")
+    assert health is not None
+    (found,) = findings(health)
+    assert (found.subject, found.what) == ("GPU 0", "clocks held down: HW thermal slowdown")
+    assert found.since and timedelta(minutes=10) <= datetime.now(UTC) - found.since < timedelta(minutes=11.5)
+
+
+def _findings(browser: Any) -> tuple[dict[str, list[str]], list[str]]:
+    """The findings panel: subject -> its findings' lines; and each box's classes, top to bottom."""
+    groups = browser.find_elements("css selector", "#node-findings-list .findings-of")
+    found = {
+        group.find_element("tag name", "strong").text: [
+            li.text.replace("\n", " ") for li in group.find_elements("tag name", "li")
+        ]
+        for group in groups
+    }
+    return found, [group.get_attribute("class") for group in groups]
 
 
 def _nan(rows: int) -> np.ndarray:

@@ -12,7 +12,7 @@ import pytest
 from gpuscope.collector.query import GpuRow, Heatmap, NicSeries, PortRow, Series
 from gpuscope.dashboard.figures import heatmap_figure, nic_figure, series_figure
 from gpuscope.dashboard.grid import to_grid
-from gpuscope.dashboard.scales import GIB, SCALES, THERMAL
+from gpuscope.dashboard.scales import GIB, SCALES, THERMAL, axis_range
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 ROWS = [GpuRow(i, "c", "rack-0", "n0", i, f"GPU-{i}") for i in range(8)]
@@ -75,3 +75,18 @@ def test_infiniband_charts_say_what_they_show_in_its_unit() -> None:
     assert list(figure.data[0].y) == [50.0, 50.0] and "Gbit/s" in figure.data[0].hovertemplate
     state = nic_figure(NicSeries("state", False, 60, [port], TIMES, np.array([[4.0, 4.0]])), "r")
     assert "/s" not in state.layout.title.text, "a gauge is not a rate"
+
+
+def test_line_charts_keep_each_metrics_own_axis() -> None:
+    """A 97-100% wiggle on a 0-100 axis reads as flat full load, not as a swing; 500-535 W from zero reads
+    as steady power; 65 GiB of an 80-GB card reads as most of it. Data outside a fixed range stretches it."""
+    wiggle = np.array([[97.0, 100.0, np.nan, 98.5]])
+    assert axis_range(SCALES["util_pct"], wiggle) == [0, 100]
+    assert axis_range(SCALES["temp_c"], np.array([[70.0, 71.0]])) == [20, 95]
+    assert axis_range(SCALES["temp_c"], np.array([[70.0, 101.0]])) == [20, 101.0]
+    power = axis_range(SCALES["power_w"], np.array([[500.0, 535.0]]))
+    assert power is not None and power[0] == 0 and 535 < power[1] < 600
+    memory = SCALES["fb_used_bytes"]
+    assert axis_range(memory, np.array([[65.0]]), top=80.0) == [0, 84.0]
+    assert axis_range(memory, np.array([[np.nan]])) is None  # nothing to draw: Plotly's own axis
+    assert axis_range(SCALES["sm_clock_mhz"], np.array([[np.nan]])) == [0, 2100]
