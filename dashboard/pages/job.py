@@ -154,6 +154,25 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}%"
 
 
+# The detector's evidence (stragglers/detector.py) in an operator's words; each value a fraction or ratio.
+EVIDENCE_WORDS = {
+    "job_slowdown": lambda v: f"job {v:.0%} slower than its normal",
+    "traffic_slowdown": lambda v: f"its network traffic {v:.0%} slower, agreeing",
+    "share_rise": lambda v: f"this GPU's activity {v:.0%} over its share (it computes while the others wait)",
+    "clock_ratio": lambda v: f"SM clock {v:.0%} of its peers' median",
+    "link_drop": lambda v: f"link rate down {v:.0%}",
+    "link_gbps": lambda v: f"link at {v:.0f} Gbit/s",
+    "xmit_wait_ratio": lambda v: f"transmit waits {v:.1f}x their normal while its peers' are not",
+    "util_drop": lambda v: f"node utilisation down {v:.0f} points",
+}
+
+
+def evidence_words(evidence: dict[str, Any]) -> str:
+    words = [EVIDENCE_WORDS[k](v) for k, v in evidence.items() if k in EVIDENCE_WORDS and isinstance(v, int | float)]
+    others = {k: v for k, v in evidence.items() if k not in EVIDENCE_WORDS}  # a newer detector's: as it is
+    return "; ".join(words + ([json.dumps(others, sort_keys=True)[:200]] if others else []))
+
+
 def _stragglers(found: list[Any]) -> Any:
     if not found:
         return banner("No straggler found in this job.", "empty")
@@ -166,7 +185,7 @@ def _stragglers(found: list[Any]) -> Any:
             f"{s.slowdown:.0%}",
             f"{s.started_at:%H:%M:%S}",
             "active" if s.ended_at is None else f"{s.ended_at:%H:%M:%S}",
-            html.Code(json.dumps(s.evidence, sort_keys=True)[:300]),
+            evidence_words(s.evidence),
         ]
         for s in found
     ]

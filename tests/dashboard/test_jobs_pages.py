@@ -21,6 +21,7 @@ from gpuscope.collector import query
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.dashboard import job_gaps
 from gpuscope.dashboard.job_view import JobsView, order, pick
+from gpuscope.dashboard.pages.job import evidence_words
 from gpuscope.dashboard_process import DashboardSettings
 from tests.conftest import new_database, require_tool
 from tests.dashboard import busy_cluster
@@ -283,3 +284,12 @@ def test_each_missing_mean_has_its_own_reason() -> None:
     assert job_gaps.why_no_usage(nothing, "util", now - timedelta(hours=2), True, now) == job_gaps.MIG_NO_UTIL
     some = query.Usage(80.0, None, None, 300.0)
     assert job_gaps.why_no_usage(some, "tensor", now - timedelta(hours=2), False, now) == job_gaps.NOT_REPORTED
+
+
+def test_a_stragglers_evidence_reads_as_words() -> None:
+    said = evidence_words({"job_slowdown": 0.186, "traffic_slowdown": 0.18, "share_rise": 0.2, "clock_ratio": 0.79})
+    assert said == (
+        "job 19% slower than its normal; its network traffic 18% slower, agreeing; this GPU's activity 20% over "
+        "its share (it computes while the others wait); SM clock 79% of its peers' median"
+    )
+    assert evidence_words({"link_drop": 0.5, "new_key": 1}) == 'link rate down 50%; {"new_key": 1}'
