@@ -83,7 +83,11 @@ def _renders(base: str) -> dict[str, float]:
 
 def _callback_ms(base: str, range_key: str) -> list[float]:
     """Server time of the heatmap page's refresh callback (util, `range_key`, automatic rows)."""
-    outputs = [{"id": "heatmap-status", "property": "children"}, {"id": "heatmap-graph", "property": "figure"}]
+    outputs = [
+        {"id": "heatmap-status", "property": "children"},
+        {"id": "heatmap-graph", "property": "figure"},
+        {"id": "heatmap-targets", "property": "data"},
+    ]
     inputs = [
         {"id": "refresh", "property": "n_intervals", "value": 1},
         {"id": "heatmap-metric", "property": "value", "value": "util_pct"},
@@ -91,7 +95,7 @@ def _callback_ms(base: str, range_key: str) -> list[float]:
         {"id": "heatmap-level", "property": "value", "value": "auto"},
     ]
     payload = {
-        "output": "..heatmap-status.children...heatmap-graph.figure..",
+        "output": "..heatmap-status.children...heatmap-graph.figure...heatmap-targets.data..",
         "outputs": outputs,
         "inputs": inputs,
         "changedPropIds": ["refresh.n_intervals"],
