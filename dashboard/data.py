@@ -143,7 +143,7 @@ def _grid(conn: Any, metric: str, window: query.TimeRange, bucket: int, level: s
 
 
 def _with_jobs(conn: Any, grid: Grid) -> Grid:
-    return with_jobs(grid, lambda places: query.held_by(conn, places, grid.times, grid.bucket_s))
+    return with_jobs(grid, lambda gpu_ids: query.held_by(conn, gpu_ids, grid.times, grid.bucket_s))
 
 
 @dataclass(frozen=True)
@@ -260,8 +260,7 @@ def load_node(pool: ConnectionPool[Any], node: str, gpu: int | None, range_key: 
         # no sample gave (half the samples at HW thermal 0x40 average to SW thermal 0x20).
         recent = query.TimeRange(max(window.start, window.end - REASONS_SPAN), window.end)
         throttled = query.throttling(conn, [row.gpu_id for row in series.rows], recent, 60)
-        places = [(row.node, row.gpu_index) for row in series.rows]
-        jobs = query.held_by(conn, places, series.times, series.bucket_s)
+        jobs = query.held_by(conn, [row.gpu_id for row in series.rows], series.times, series.bucket_s)
     reasons = {row.gpu_index: _newest_reasons(throttled.get(row.gpu_id)) for row in series.rows}
     return NodeData(series, events, nic, reasons, max(totals.values(), default=None), jobs)
 

@@ -25,6 +25,7 @@ class GridRow:
     node: str | None  # None on rack rows
     gpu: int | None  # GPU index; None on node and rack rows
     gpus: int  # GPUs averaged into this row
+    gpu_id: int | None = None  # the store's id of a GPU row's GPU (node names repeat across clusters)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def to_grid(heatmap: Heatmap, level: Level) -> Grid:
     Heatmap rows come ordered by cluster, rack, node and GPU, so each group is contiguous."""
     rows = heatmap.rows
     if level == "gpu":
-        grid_rows = [GridRow(r.label, f"{r.cluster}/{r.rack}", r.node, r.gpu_index, 1) for r in rows]
+        grid_rows = [GridRow(r.label, f"{r.cluster}/{r.rack}", r.node, r.gpu_index, 1, r.gpu_id) for r in rows]
         return Grid(heatmap.metric, heatmap.bucket_s, level, grid_rows, heatmap.times, heatmap.values)
     keys = [(r.cluster, r.rack, r.node if level == "node" else "") for r in rows]
     starts = [i for i in range(len(keys)) if i == 0 or keys[i] != keys[i - 1]]
@@ -111,10 +112,9 @@ def coarsen(heatmap: Heatmap, bucket_s: int) -> Heatmap:
 JOB_HOVER_CELLS_MAX = 30_000
 
 
-def with_jobs(grid: Grid, held: Callable[[list[tuple[str, int]]], np.ndarray]) -> Grid:
+def with_jobs(grid: Grid, held: Callable[[list[int]], np.ndarray]) -> Grid:
     """`grid` with its cells' jobs, where its rows are GPUs and it is small enough; `held` answers for
-    (node, GPU index) pairs (collector/query/held_by.py over the grid's buckets)."""
+    GPU ids (collector/query/held_by.py over the grid's buckets)."""
     if grid.level != "gpu" or not grid.rows or grid.cells > JOB_HOVER_CELLS_MAX:
         return grid
-    places = [(row.node or "", row.gpu or 0) for row in grid.rows]
-    return dataclasses.replace(grid, jobs=held(places))
+    return dataclasses.replace(grid, jobs=held([row.gpu_id for row in grid.rows if row.gpu_id is not None]))

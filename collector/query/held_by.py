@@ -12,27 +12,22 @@ from psycopg import Connection
 
 _SQL = (
     "SELECT p.i, a.job_id, a.username, a.started_at, a.ended_at"
-    " FROM unnest(%(nodes)s::text[], %(gpus)s::int[]) WITH ORDINALITY AS p(node, gpu, i)"
-    " JOIN node n ON n.name = p.node JOIN gpu g ON g.node_id = n.node_id AND g.gpu_index = p.gpu"
-    " JOIN job_allocation a ON a.gpu_id = g.gpu_id"
+    " FROM unnest(%(gpus)s::int[]) WITH ORDINALITY AS p(gpu_id, i) JOIN job_allocation a USING (gpu_id)"
     " WHERE a.started_at < %(end)s AND (a.ended_at IS NULL OR a.ended_at > %(start)s)"
     " ORDER BY a.started_at"
 )
 
 
-def held_by(
-    conn: Connection[Any], places: Sequence[tuple[str, int]], times: Sequence[datetime], bucket_s: int
-) -> np.ndarray:
-    """For GPUs named (node, index) and buckets starting at `times`: an array of shape (places, times) of
+def held_by(conn: Connection[Any], gpu_ids: Sequence[int], times: Sequence[datetime], bucket_s: int) -> np.ndarray:
+    """For GPUs `gpu_ids` and buckets starting at `times`: an array of shape (GPUs, times) of
     "job J (user)" where a job held the GPU in the bucket ("job A, job B" where it changed hands there),
     "" where none did."""
-    out = np.full((len(places), len(times)), "", dtype=object)
-    if not places or not times:
+    out = np.full((len(gpu_ids), len(times)), "", dtype=object)
+    if not gpu_ids or not times:
         return out
     width = timedelta(seconds=bucket_s)
     params = {
-        "nodes": [node for node, _ in places],
-        "gpus": [gpu for _, gpu in places],
+        "gpus": list(gpu_ids),
         "start": times[0],
         "end": times[-1] + width,
     }

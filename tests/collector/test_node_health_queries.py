@@ -284,7 +284,8 @@ def _allocate(
 def test_each_bucket_names_the_job_that_held_the_gpu(conn: psycopg.Connection) -> None:
     """What a chart's hover says beside a value: the job that held that GPU in that bucket."""
     minutes = [at(60 * m) for m in range(10)]
-    held = query.held_by(conn, [("n1", 0), ("n1", 2), ("n2", 0), ("nowhere", 0)], minutes, 60)
+    n1, n2 = (query.node_gpus(conn, name) for name in ("n1", "n2"))
+    held = query.held_by(conn, [n1[0].gpu_id, n1[2].gpu_id, n2[0].gpu_id, -1], minutes, 60)
     assert list(held[0]) == ["job train-7 (ada)"] * 10
     # eval-3 held it from minute 1 to minute 5: a bucket it neither entered before its end nor left after
     # its start is not its own.
@@ -292,5 +293,5 @@ def test_each_bucket_names_the_job_that_held_the_gpu(conn: psycopg.Connection) -
     assert list(held[2]) == ["job elsewhere (dee)"] * 10
     assert list(held[3]) == [""] * 10
     # One wide bucket across a change of hands names both, oldest first.
-    [[both]] = query.held_by(conn, [("n1", 0)], [at(-200)], 600)
+    [[both]] = query.held_by(conn, [n1[0].gpu_id], [at(-200)], 600)
     assert both == "job long-gone (cy), job train-7 (ada)"

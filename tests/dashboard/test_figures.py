@@ -71,16 +71,16 @@ def test_coarsen_widens_buckets_for_the_screen() -> None:
 
 
 def test_hovers_name_each_cells_job_as_plain_text_while_that_stays_small() -> None:
-    asked: list[list[tuple[str, int]]] = []
+    asked: list[list[int]] = []
 
-    def held(places: list[tuple[str, int]]) -> np.ndarray:
-        asked.append(places)
-        jobs = np.full((len(places), 2), "", dtype=object)
+    def held(gpu_ids: list[int]) -> np.ndarray:
+        asked.append(gpu_ids)
+        jobs = np.full((len(gpu_ids), 2), "", dtype=object)
         jobs[0] = ["job train-7 (ada)", "job <b>x</b>"]  # a hostile job name stays text
         return jobs
 
     grid = with_jobs(to_grid(small_heatmap(), "gpu"), held)
-    assert asked == [[("n0", 0), ("n0", 1), ("n1", 0), ("n1", 1)]]
+    assert asked == [[0, 1, 2, 3]], "the store's GPU ids: node names repeat across clusters"
     trace = heatmap_figure(grid, revision="1h").data[0]
     assert "%{customdata}" in trace.hovertemplate and "°" not in trace.hovertemplate
     # Bottom-up like the rows: the first GPU's cells are the last row.
