@@ -107,6 +107,22 @@ def screenshot(driver: Any, name: str, whole_page: bool = False) -> Path:
     return path
 
 
+# The label Plotly draws for a hover event on a dcc.Graph: points ([{curveNumber, pointNumber}]) or a
+# pixel position; '' when it draws none.
+HOVER_JS = """
+const [graph, hover] = arguments;
+const gd = document.querySelector('#' + graph + ' .js-plotly-plot');
+Plotly.Fx.hover(gd, hover);
+const layer = gd.querySelector('.hoverlayer');
+return layer ? layer.textContent : '';
+"""
+
+
+def plotly_hover(driver: Any, graph_id: str, hover: Any) -> str:
+    """The text of the hover label Plotly draws on graph `graph_id` for `hover`."""
+    return str(driver.execute_script(HOVER_JS, graph_id, hover))
+
+
 def graph_data(driver: Any, graph_id: str) -> list[dict[str, Any]]:
     """The traces Plotly drew in a dcc.Graph, read from the page; numeric arrays as lists."""
     traces = driver.execute_script(

@@ -31,7 +31,7 @@ from gpuscope.exporter.wire import Origin
 from gpuscope.stragglers.watch import StragglerWatch
 from tests.collector.helpers import push_binary
 from tests.processes import RunningCollector
-from tests.stragglers.helpers import HISTORY_S, JOB, watch
+from tests.stragglers.helpers import HISTORY_S, JOB, gpu_values, watch
 
 GIB = 2**30
 TOTAL_BYTES = 80 * GIB
@@ -92,7 +92,7 @@ def _push_training(collector: RunningCollector, telemetry: Telemetry, start: flo
             readings = []
             for local, identity in enumerate(gpus):
                 rank = node * JOB.gpus_per_node + local
-                values = {k: float(v[rank, i]) for k, v in telemetry.gpu.items() if v[rank, i] == v[rank, i]}
+                values = gpu_values(telemetry, rank, i)
                 if values:  # a dropped sample carries nothing, its counter neither
                     values |= {
                         "fb_used_bytes": float(steady[rank, i]),

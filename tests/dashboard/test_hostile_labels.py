@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from gpuscope.bench.browser import console_errors, graph_data, open_page, screenshot, wait_until
+from gpuscope.bench.browser import console_errors, graph_data, open_page, plotly_hover, screenshot, wait_until
 from gpuscope.collector.query import GpuRow, Heatmap, NicSeries, PortRow, RackPower, Series
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.dashboard.figures import (
@@ -73,14 +73,6 @@ return Array.from(document.querySelectorAll('#page b, #page tspan'))
   .filter(e => e.tagName.toLowerCase() === 'b' || /bold/.test(e.getAttribute('style') || ''))
   .map(e => e.textContent);
 """
-# The hover label Plotly draws for a hover event: points ([{curveNumber, pointNumber}]) or a pixel position.
-HOVER_JS = """
-const [graph, hover] = arguments;
-const gd = document.querySelector('#' + graph + ' .js-plotly-plot');
-Plotly.Fx.hover(gd, hover);
-const layer = gd.querySelector('.hoverlayer');
-return layer ? layer.textContent : '';
-"""
 SVG_TEXT_JS = """
 return Array.from(document.querySelectorAll('#page .js-plotly-plot svg')).map(s => s.textContent).join('\\n');
 """
@@ -124,7 +116,7 @@ def _load(collector: RunningCollector) -> None:
 
 def hover_label(browser: Any, graph: str, hover: Any) -> str:
     """The text of the hover label Plotly draws for `hover`, checked for links and markup."""
-    shown: str = wait_until(browser, lambda: browser.execute_script(HOVER_JS, graph, hover), 10, f"hover on {graph}")
+    shown: str = wait_until(browser, lambda: plotly_hover(browser, graph, hover), 10, f"hover on {graph}")
     assert browser.execute_script(EVIL_LINKS_JS) == [], f"{graph}: a name became a link in {shown!r}"
     assert browser.execute_script(MARKUP_JS) == [], f"{graph}: a name became markup in {shown!r}"
     return shown

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 
-from gpuscope.bench.browser import console_errors, open_page, screenshot, wait_until
+from gpuscope.bench.browser import console_errors, open_page, plotly_hover, screenshot, wait_until
 from gpuscope.collector import query
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.dashboard import job_gaps
@@ -193,16 +193,6 @@ def test_a_job_page_sums_up_its_efficiency_and_links_its_nodes(cluster: Cluster,
     wait_until(browser, lambda: browser.find_element("id", "node-title").text == "Node gpu-a02", 10, "the node page")
 
 
-# The label Plotly draws when the pointer rests on a point: [{curveNumber, pointNumber}] as Plotly takes it.
-HOVER_JS = """
-const [graph, points] = arguments;
-const gd = document.querySelector('#' + graph + ' .js-plotly-plot');
-Plotly.Fx.hover(gd, points);
-const layer = gd.querySelector('.hoverlayer');
-return layer ? layer.textContent : '';
-"""
-
-
 def test_hovers_give_the_value_its_unit_and_its_job(cluster: Cluster, browser: Any) -> None:
     open_page(browser, cluster.url + "/jobs/train-7")
     # A real pointer over the heatmap's middle (Plotly's drag layer covers the plot area).
@@ -217,7 +207,7 @@ def test_hovers_give_the_value_its_unit_and_its_job(cluster: Cluster, browser: A
     open_page(browser, cluster.url + "/node/gpu-b02?range=15m")
     held = browser.execute_script("return document.querySelector('#node-series .js-plotly-plot').data[1].customdata")
     assert held[-1] == "job notebook-1 (dave)" and held[0] == "in no job", held
-    first = browser.execute_script(HOVER_JS, "node-series", [{"curveNumber": 0, "pointNumber": 0}])
+    first = plotly_hover(browser, "node-series", [{"curveNumber": 0, "pointNumber": 0}])
     assert first.startswith("gpu0") and "%" in first and first.endswith("in no job"), first
 
 

@@ -21,6 +21,11 @@ JOB = TrainingJob(nodes=2, gpus_per_node=4, seed=8)
 HISTORY_S = 2400.0
 
 
+def gpu_values(telemetry: Telemetry, rank: int, i: int) -> dict[str, float]:
+    """What rank `rank`'s GPU reports at sample `i`: the metrics it has a value for (NaN: dropped)."""
+    return {k: float(v[rank, i]) for k, v in telemetry.gpu.items() if v[rank, i] == v[rank, i]}
+
+
 def push(
     collector: RunningCollector,
     telemetry: Telemetry,
@@ -37,7 +42,7 @@ def push(
             readings = []
             for local, identity in enumerate(gpus):
                 rank = node * JOB.gpus_per_node + local
-                values = {k: float(v[rank, i]) for k, v in telemetry.gpu.items() if v[rank, i] == v[rank, i]}
+                values = gpu_values(telemetry, rank, i)
                 readings.append(GpuReading(identity, True, values=values))
             port = PortReading(PortIdentity("mlx5_0", 1), {k: float(v[node, i]) for k, v in telemetry.nic.items()})
             jobs = {g.index: JobInfo(job_id, "alice") for g in gpus}
