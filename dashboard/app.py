@@ -30,6 +30,10 @@ def create_app(
                 nav(),
                 html.Div(id="page"),
                 dcc.Interval(id="refresh", interval=ctx.options.refresh_ms),
+                # Loads dcc.Markdown's code (and its highlighter, which it fetches after its first
+                # mount and then draws again) with the page, so tables drawn as Markdown
+                # (dashboard/html_table.py) arrive once, not twice.
+                dcc.Markdown(id="markdown-preload", style={"display": "none"}),
             ],
             className="shell",
         ),

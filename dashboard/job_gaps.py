@@ -34,12 +34,7 @@ ONE_GPU = "not judged: the straggler detector compares each GPU with its peers, 
 
 def gap(reason: str) -> html.Span:
     """A "-" that says why on hover (and, dotted, that it has something to say)."""
-    return html.Span(
-        "-",
-        title=reason,
-        className="gap",
-        style={"borderBottom": "1px dotted var(--mantine-color-dimmed)", "cursor": "help"},
-    )
+    return html.Span("-", title=reason, className="gap")  # dotted: dashboard/assets/gpuscope.css
 
 
 def legend(reasons: list[str]) -> html.Div | None:

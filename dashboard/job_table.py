@@ -7,18 +7,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from dash import dcc, html
-
 from gpuscope.collector import query
-from gpuscope.dashboard import job_gaps
-from gpuscope.dashboard.components import MUTED, ago, job_href, styled_table
-from gpuscope.dashboard.job_gaps import gap
+from gpuscope.dashboard import html_table, job_gaps
+from gpuscope.dashboard.components import ago, job_href
+from gpuscope.dashboard.html_table import escape, link, span
 from gpuscope.dashboard.job_view import COLUMNS, Column, JobsView
 
-CELL = {"textAlign": "left"}
-NUMBER = {**CELL, "textAlign": "right"}
 NUMERIC = {"nodes", "gpus", "gpu_hours", "util", "sm", "tensor"}
-ONE_LINE = {"started", "state"}
 
 
 def gpu_hours(hours: float) -> str:
@@ -27,51 +22,33 @@ def gpu_hours(hours: float) -> str:
 
 
 def jobs_table(view: JobsView, jobs: list[query.JobRow], stragglers: dict[str, list[query.StragglerRow]]) -> Any:
-    """The table, and under it the legend of its "-" cells."""
+    """The table, and under it the legend of its "-" cells. One HTML table (dashboard/html_table.py): as
+    Dash components, its ~1,200 elements took a second to render."""
     kubernetes = any(job.namespace for job in jobs)  # the pods' columns only where there are pods
     columns = [c for c in COLUMNS if kubernetes or c.key not in ("namespace", "workload")]
     reasons: list[str] = []
-    header = html.Tr([html.Th(_sort_link(view, c), title=c.explains, style=_style(c)) for c in columns])
-    body = [
-        html.Tr(
-            [
-                html.Td(_cell(c.key, job, view, stragglers.get(job.job_id, []), reasons), style=_style(c))
-                for c in columns
-            ]
-        )
-        for job in jobs
-    ]
-    table = styled_table([html.Thead(header), html.Tbody(body)], id="jobs")
-    return [table, job_gaps.legend(reasons)]
+    header = [html_table.element("span", _sort_link(view, c), title=c.explains) for c in columns]
+    body = [[_cell(c.key, job, view, stragglers.get(job.job_id, []), reasons) for c in columns] for job in jobs]
+    numeric = [c.key in NUMERIC for c in columns]
+    return [html_table.table(header, body, id="jobs", numeric=numeric), job_gaps.legend(reasons)]
 
 
-def _style(column: Column) -> dict[str, str]:
-    if column.key in ONE_LINE:
-        return {**CELL, "whiteSpace": "nowrap"}
-    return NUMBER if column.key in NUMERIC else CELL
-
-
-def _sort_link(view: JobsView, column: Column) -> Any:
+def _sort_link(view: JobsView, column: Column) -> str:
     arrow = ""
     if view.sort_key == column.key:
         arrow = " ▼" if view.descending else " ▲"
-    return dcc.Link(
-        column.header + arrow,
-        href="/jobs" + view.sorted_by(column.key).search(),
-        className="sort-link",
-        style={"color": "inherit", "textDecoration": "none"},
-    )
+    return link(column.header + arrow, "/jobs" + view.sorted_by(column.key).search(), className="sort-link")
 
 
-def _cell(key: str, job: query.JobRow, view: JobsView, found: list[query.StragglerRow], reasons: list[str]) -> Any:
-    def missing(reason: str) -> html.Span:
+def _cell(key: str, job: query.JobRow, view: JobsView, found: list[query.StragglerRow], reasons: list[str]) -> str:
+    def missing(reason: str) -> str:
         reasons.append(reason)
-        return gap(reason)
+        return span("-", title=reason, className="gap")
 
     usage = job.usage
     match key:
         case "job":
-            return dcc.Link(job.job_id, href=job_href(job.job_id))
+            return link(job.job_id, job_href(job.job_id))
         case "user":
             if not job.user:
                 return missing(job_gaps.why_no_user(job))
@@ -83,17 +60,18 @@ def _cell(key: str, job: query.JobRow, view: JobsView, found: list[query.Straggl
         case "workload":
             if not job.workload:
                 return missing(job_gaps.NO_WORKLOAD if job.namespace else job_gaps.NOT_KUBERNETES)
-            return job.workload
+            return escape(job.workload)
         case "state":
             if job.running:
-                return html.Span("running", title=f"since {job.started_at:%Y-%m-%d %H:%M:%S} UTC")
+                return span("running", title=f"since {job.started_at:%Y-%m-%d %H:%M:%S} UTC", className="one-line")
             assert job.ended_at is not None  # a job that is not running has ended
-            return html.Span(f"ended {ago(job.ended_at)}", title=f"ended {job.ended_at:%Y-%m-%d %H:%M:%S} UTC")
+            ended = f"ended {job.ended_at:%Y-%m-%d %H:%M:%S} UTC"
+            return span(f"ended {ago(job.ended_at)}", title=ended, className="one-line")
         case "nodes":
-            return html.Span(str(len(job.nodes)), title=", ".join(job.nodes))
+            return span(len(job.nodes), title=", ".join(job.nodes))
         case "gpus":
             slices = f"; {job.mig_devices} of them as MIG devices" if job.mig_devices else ""
-            return html.Span(str(job.gpus), title=f"{job.gpus} GPUs{slices}")
+            return span(job.gpus, title=f"{job.gpus} GPUs{slices}")
         case "gpu_hours":
             return gpu_hours(job.gpu_hours)
         case "util" | "sm" | "tensor":
@@ -103,25 +81,22 @@ def _cell(key: str, job: query.JobRow, view: JobsView, found: list[query.Straggl
                 return missing(job_gaps.why_no_usage(usage, metric, job.started_at, job.mig_devices > 0))
             return f"{value:.0f}"
         case "started":
-            return f"{job.started_at:%Y-%m-%d %H:%M}"
+            return span(f"{job.started_at:%Y-%m-%d %H:%M}", className="one-line")
         case "straggler":
             return _straggler(job, found, missing)
     raise ValueError(f"unknown column {key!r}")
 
 
-def _filter_link(text: str, view: JobsView, title: str) -> dcc.Link:
-    return dcc.Link(text, href="/jobs" + view.search(), title=title, className="filter-link")
+def _filter_link(text: str, view: JobsView, title: str) -> str:
+    return link(text, "/jobs" + view.search(), title=title, className="filter-link")
 
 
-def _straggler(job: query.JobRow, found: list[query.StragglerRow], missing: Any) -> Any:
+def _straggler(job: query.JobRow, found: list[query.StragglerRow], missing: Any) -> str:
     if found:
         worst = max(found, key=lambda s: s.slowdown)
         active = " (now)" if worst.ended_at is None else ""
-        return html.Span(
-            f"⚠ straggler{active}: {worst.culprit}, {worst.cause}, ~{worst.slowdown:.0%}",
-            className="straggler-flag",
-            style={"color": "var(--mantine-color-red-text)"},
-        )
+        words = f"⚠ straggler{active}: {worst.culprit}, {worst.cause}, ~{worst.slowdown:.0%}"
+        return span(words, className="straggler-flag")
     if job.gpus < 2:
-        return missing(job_gaps.ONE_GPU)
-    return html.Span("none", title="the straggler detector found none in this range", style={"color": MUTED})
+        return str(missing(job_gaps.ONE_GPU))
+    return span("none", title="the straggler detector found none in this range", className="muted")

@@ -21,7 +21,8 @@ FLAGS = (
 )  # fmt: skip
 # A page is rendered when Dash has no callback in flight, every graph holds its figure (traces, or the
 # annotation of an empty-state figure; an unfilled dcc.Graph has neither) and every output area that
-# callbacks fill (class "output") has content.
+# callbacks fill (class "output") has content, and every table drawn as Markdown (dashboard/html_table.py) is
+# drawn for good.
 RENDERED_JS = """
 const page = document.getElementById('page');
 if (!page || page.children.length === 0 || document.querySelector('[data-dash-is-loading="true"]')) return false;
@@ -29,6 +30,11 @@ for (const g of page.querySelectorAll('.js-plotly-plot')) {
   if (!g.data || (g.data.length === 0 && !((g.layout || {}).annotations || []).length)) return false;
 }
 for (const o of page.querySelectorAll('.output')) { if (o.childElementCount === 0) return false; }
+// A table drawn as Markdown is final once Markdown's highlighter has loaded (it redraws then).
+if (page.querySelector('.html-table-box')) {
+  if (!performance.getEntriesByType('resource').some(e => e.name.includes('async-highlight'))) return false;
+  for (const box of page.querySelectorAll('.html-table-box')) { if (!box.querySelector('table')) return false; }
+}
 return page.querySelectorAll('.dash-graph').length === page.querySelectorAll('.js-plotly-plot').length;
 """
 
