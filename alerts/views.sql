@@ -145,3 +145,13 @@ SELECT n.cluster, n.rack, n.name AS node, n.node_id, s.last_seen,
        extract(epoch FROM now() - s.last_seen)::float8 AS age_s, s.push_interval_s
 FROM public.node_seen s
 JOIN public.node n USING (node_id);
+
+-- Fleet health (health/): each node not healthy, with since when and why, and the jobs running on it now.
+CREATE VIEW alerting.node_health AS
+SELECT n.cluster, n.rack, n.name AS node, n.node_id, h.state, h.since, h.reason, h.held_by,
+       extract(epoch FROM now() - h.since)::float8 AS age_s,
+       (SELECT count(DISTINCT a.job_id) FROM public.job_allocation a
+        WHERE a.node_id = n.node_id AND a.ended_at IS NULL) AS jobs
+FROM public.health_node h
+JOIN public.node n USING (node_id)
+WHERE h.state <> 'healthy';

@@ -15,6 +15,7 @@ from gpuscope.core.listen import parse_listen
 from gpuscope.core.logredact import configure_logging
 from gpuscope.core.ports import PortInUse, ensure_free
 from gpuscope.core.tokens import dsn_with_password_file
+from gpuscope.health import cli as health_cli
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,8 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     exporter.add_argument(
         "--slurm-mapping-dir",
         type=Path,
-        default=Path("/run/gpuscope/slurm"),
-        help="per-GPU job files written by deploy/slurm/prolog.sh",
+        help="per-GPU job files written by deploy/slurm/prolog.sh "
+        "(default: map_dir in gpuscope.conf beside slurm.conf, as the prolog reads it, else /run/gpuscope/slurm)",
     )
     exporter.add_argument(
         "--dcgm-compat", action="store_true", help="serve dcgm-exporter's metric names too (NVIDIA GPUs; docs/)"
@@ -179,6 +180,12 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument("--notify-config", type=Path, help="alert receivers, routes and inhibition (YAML)")
     collector.add_argument("--admin-token-file", type=Path, help="bearer token allowed to create/expire silences")
     collector.add_argument("--no-alerts", action="store_true", help="do not evaluate alert rules here")
+    collector.add_argument(
+        "--health-policy",
+        type=Path,
+        help="fleet health policy (YAML, docs/health.md): scheduler, dry run, guard rails (default: dry run, none)",
+    )
+    collector.add_argument("--no-health", action="store_true", help="do not run the health loop here")
     collector.set_defaults(run=_run_collector)
 
     dashboard = commands.add_parser("dashboard", help="the web UI")
@@ -207,6 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--hash-password", action="store_true", help="read a password, print a basic-auth hash")
     dashboard.set_defaults(run=_run_dashboard)
     alerts_cli.add_parser(commands)
+    health_cli.add_parser(commands)
 
     bench = commands.add_parser("bench", help="measure against the project's targets")
     bench.add_argument(
@@ -300,6 +308,8 @@ def _run_collector(args: argparse.Namespace) -> int:
             "notify_config": args.notify_config,
             "admin_token_file": args.admin_token_file,
             "alerts": False if args.no_alerts else None,
+            "health_policy": args.health_policy,
+            "health": False if args.no_health else None,
         }.items()
         if value is not None
     }

@@ -33,6 +33,8 @@ from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.listen import parse_listen
 from gpuscope.core.logredact import configure_logging, redact_secrets
 from gpuscope.core.tokens import dsn_with_password_file, read_token_file
+from gpuscope.health.part import health_part
+from gpuscope.health.policy import load_policy
 from gpuscope.stragglers.part import stragglers_part
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,8 @@ class CollectorSettings(BaseSettings):
     stragglers: bool = True  # run the straggler watch (in one replica at a time)
     # How often the watch reads what settled: part of the onset-to-API latency, cheap (it reads only new buckets).
     straggler_interval_s: float = Field(default=5.0, gt=0, le=300)
+    health: bool = True  # run the health loop (in one replica at a time); its API is served either way
+    health_policy: Path | None = None  # YAML (docs/health.md); none: dry run with no scheduler
 
     @model_validator(mode="after")
     def _tiers_outlive_finer_ones(self) -> CollectorSettings:
@@ -114,9 +118,11 @@ def build(settings: CollectorSettings, dsn: str, token: str) -> FastIngest:
 
 
 def parts(settings: CollectorSettings) -> tuple[Part, ...]:
-    """The extensions this collector runs: the straggler watch, the alerts (API always, engine if asked)."""
+    """The extensions this collector runs: the straggler watch, the alerts and fleet health (APIs always,
+    their loops if asked)."""
     found = [stragglers_part(settings.straggler_interval_s)] if settings.stragglers else []
-    return (*found, alerts_part(alert_engine(settings)))
+    policy = load_policy(settings.health_policy) if settings.health_policy else None
+    return (*found, alerts_part(alert_engine(settings)), health_part(policy, run_loop=settings.health))
 
 
 def alert_engine(settings: CollectorSettings) -> AlertEngine | None:

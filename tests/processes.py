@@ -38,11 +38,13 @@ def running_collector(
     **settings: Any,
 ) -> Iterator[RunningCollector]:
     """A real collector (uvicorn on 127.0.0.1) over `dsn`, configured as a user would: tokens, rules and
-    notification config go through files. No `rules`: no alert engine (the alerting API is still served)."""
+    notification config go through files. No `rules`: no alert engine (the alerting API is still served);
+    no health loop unless `health=True` (its API is served either way)."""
     token = token or secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="gpuscope-test-collector-") as tmp:
         folder = Path(tmp)
         settings.setdefault("alerts", rules is not None)
+        settings.setdefault("health", False)  # the health loop judges only where a test asks (health=True)
         if read_token:
             settings["read_token_file"] = _write(folder / "read-token", read_token)
         if admin_token:

@@ -44,35 +44,43 @@ def healthz(pool: ReadPoolDep) -> JSONResponse:
     responses={200: {"description": "The Prometheus text exposition format"}},
 )
 def metrics(state: IngestStateDep, pool: ReadPoolDep) -> Response:
-    return Response(generate_latest(state.registry) + _straggler_metrics(pool), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(state.registry) + _database_metrics(pool), media_type=CONTENT_TYPE_LATEST)
 
 
-def _straggler_metrics(pool: ConnectionPool[Any]) -> bytes:
-    """Active stragglers as a gauge, so sites alerting with Prometheus see them too (the JobStraggler
-    rule in deploy/prometheus). Left out, not failed, when the database is away: /metrics still serves
-    the collector's own figures."""
-    family = GaugeMetricFamily(
+def _database_metrics(pool: ConnectionPool[Any]) -> bytes:
+    """Active stragglers and nodes out of health as gauges, so sites alerting with Prometheus see them too
+    (the JobStraggler and Node* rules in deploy/prometheus). Left out, not failed, when the database is
+    away: /metrics still serves the collector's own figures."""
+    stragglers = GaugeMetricFamily(
         "gpuscope_straggler_slowdown_ratio",
         "Estimated slowdown of a running job caused by this node or GPU (active stragglers only)",
         labels=["job_id", "cluster", "node", "gpu", "cause"],
+    )
+    health = GaugeMetricFamily(
+        "gpuscope_node_health_jobs_running",
+        "Jobs running on a node that is not healthy (one series per such node: its health state and why)",
+        labels=["cluster", "node", "state", "reason"],
     )
     try:
         with pool.connection(timeout=2.0) as conn:
             now = datetime.now(UTC)
             rows = query.stragglers(conn, query.TimeRange(now - timedelta(days=30), now), active_only=True)
+            troubled = query.out_of_health(conn)
     except Exception:  # any database trouble: serve the rest
         return b""
     for row in rows:
         gpu = "" if row.gpu is None else str(row.gpu)
-        family.add_metric([row.job_id, row.cluster, row.node, gpu, row.cause], row.slowdown)
+        stragglers.add_metric([row.job_id, row.cluster, row.node, gpu, row.cause], row.slowdown)
+    for node in troubled:
+        health.add_metric([node.cluster, node.node, node.state, node.reason], node.jobs)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Fixed(family))
+    registry.register(_Fixed((stragglers, health)))
     return generate_latest(registry)
 
 
 class _Fixed(Collector):
-    def __init__(self, family: GaugeMetricFamily) -> None:
-        self._family = family
+    def __init__(self, families: tuple[GaugeMetricFamily, ...]) -> None:
+        self._families = families
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield self._family
+        yield from self._families

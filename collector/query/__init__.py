@@ -126,3 +126,35 @@ __all__ += ["Found", "search"]
 from gpuscope.collector.query.throttling import Throttling, throttling  # noqa: E402
 
 __all__ += ["Throttling", "throttling"]
+
+from gpuscope.collector.query.fleet_health import (  # noqa: E402
+    NODE_STATES,
+    ActionRow,
+    EvidenceRow,
+    GpuVerdict,
+    HealthCounts,
+    NodeHealth,
+    OutOfHealth,
+    TransitionRow,
+    health_actions,
+    health_counts,
+    health_nodes,
+    health_transitions,
+    out_of_health,
+)
+
+__all__ += [
+    "NODE_STATES",
+    "ActionRow",
+    "EvidenceRow",
+    "GpuVerdict",
+    "HealthCounts",
+    "NodeHealth",
+    "OutOfHealth",
+    "TransitionRow",
+    "health_actions",
+    "health_counts",
+    "health_nodes",
+    "health_transitions",
+    "out_of_health",
+]

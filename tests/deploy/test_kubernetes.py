@@ -133,12 +133,22 @@ def test_rbac_rule_check_refuses_what_it_must() -> None:
         assert not rbac_rule_is_narrow(wider), wider
 
 
-def test_every_role_only_reads_pods() -> None:
+# The collector's role: fleet health's drain and resume of nodes (health/schedulers/kubernetes.py), no more.
+COLLECTOR_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+]
+
+
+def test_every_role_only_reads_pods_but_the_collectors_which_only_patches_nodes() -> None:
     roles = [d for d in documents() if d["kind"] in {"ClusterRole", "Role"}]
     assert roles, "the exporter's ClusterRole is missing"
     for role in roles:
         assert "aggregationRule" not in role, f"{role['metadata']['name']} aggregates other roles"
         assert role["rules"], f"{role['metadata']['name']} has no rules"
+        if role["metadata"]["name"] == "gpuscope-collector-node-health":
+            assert role["rules"] == COLLECTOR_RULES
+            continue
         for rule in role["rules"]:
             assert rbac_rule_is_narrow(rule), f"{role['metadata']['name']}: {rule}"
 
@@ -165,7 +175,7 @@ def test_kubectl_kustomize_renders_both_variants() -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl not installed (the shape checks above still run)")
-    for variant, objects in (("base", 10), ("timescaledb", 12)):
+    for variant, objects in (("base", 13), ("timescaledb", 15)):
         result = subprocess.run([kubectl, "kustomize", str(KUBERNETES / variant)], capture_output=True, text=True,
                                 timeout=60, check=False)  # fmt: skip
         assert result.returncode == 0, result.stderr

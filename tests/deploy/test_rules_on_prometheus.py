@@ -71,6 +71,9 @@ def exposition(scrape: int) -> str:
         f"gpuscope_ib_port_state{{{port}}} 1",
         f"gpuscope_ib_port_physical_state{{{port}}} 3",
         'gpuscope_straggler_slowdown_ratio{job_id="42",node="gpu-node-001",gpu="0",cause="thermal"} 0.2',
+        'gpuscope_node_health_jobs_running{cluster="prod",node="gpu-node-001",state="drained",reason="XID 79 on GPU 0"} 2',
+        'gpuscope_node_health_jobs_running{cluster="prod",node="gpu-node-002",state="unhealthy",reason="drain refused"} 0',
+        'gpuscope_node_health_jobs_running{cluster="prod",node="gpu-node-003",state="suspect",reason="NVLink flaps"} 1',
     ]
     lines += [
         f'gpuscope_gpu_clock_event_active{{{gpu0},reason="{r}"}} {int(r in {"sw_thermal_slowdown", "sw_power_cap"})}'
@@ -205,7 +208,7 @@ def test_every_rule_evaluates_without_error_and_finds_its_alert(tmp_path: Path) 
 
     control = [rule for rule in rules if rule["name"] == CONTROL_NAME]
     shipped = [rule for rule in rules if rule["name"] != CONTROL_NAME]
-    assert len(shipped) == 14
+    assert len(shipped) == 17
     for rule in shipped:
         assert (rule["health"], rule.get("lastError", "")) == ("ok", ""), rule  # lastError: omitted when empty
     assert "same labelset" in control[0].get("lastError", ""), "the check would not catch the counters colliding"

@@ -12,7 +12,10 @@ from gpuscope.exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_top
 from gpuscope.exporter.snapshot import Snapshot
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "gpuscope-rules.yaml"
-COLLECTOR_FAMILIES = {"gpuscope_straggler_slowdown_ratio"}  # served by the collector's /metrics
+COLLECTOR_FAMILIES = {  # served by the collector's /metrics
+    "gpuscope_straggler_slowdown_ratio",
+    "gpuscope_node_health_jobs_running",
+}
 
 
 def test_every_queried_name_is_served() -> None:

@@ -1,0 +1,101 @@
+"""The health API: nodes by state with their evidence, the audit trail (transitions and scheduler actions),
+read with the read token; holds set and lifted with the admin token (an operator's word gpuscope obeys)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from pydantic import BaseModel, Field
+
+from gpuscope.collector import query
+from gpuscope.collector.api.deps import ReadPoolDep, WritePoolDep, require_admin_token, require_read_token
+from gpuscope.collector.api.params import TimeRangeDep
+from gpuscope.collector.api.responses import error
+from gpuscope.health import holds
+
+router = APIRouter(prefix="/api/v1/health", tags=["health"])
+StateName = Literal["healthy", "suspect", "unhealthy", "drained", "validating"]
+
+
+def node_json(node: query.NodeHealth) -> dict[str, Any]:
+    return {
+        "cluster": node.cluster,
+        "node": node.node,
+        "state": node.state,
+        "since": node.since,
+        "reason": node.reason,
+        "held_by": node.held_by,
+        "gpus": [asdict(g) for g in node.gpus],
+        "evidence": [
+            {"at": e.at, "kind": e.kind, "gpu": e.gpu, "code": e.code, "severity": e.severity, "action": e.action,
+             "detail": e.detail}
+            for e in node.evidence
+        ],
+    }  # fmt: skip
+
+
+@router.get("/nodes", dependencies=[Depends(require_read_token)])
+def get_nodes(
+    pool: ReadPoolDep,
+    cluster: Annotated[str | None, Query(max_length=200)] = None,
+    state: StateName | None = None,
+) -> list[dict[str, Any]]:
+    """Every node with its state, since when and why, its GPUs' states and the evidence of its current
+    episode (since it was last healthy), the least healthy first."""
+    with pool.connection() as conn:
+        return [node_json(n) for n in query.health_nodes(conn, cluster, state)]
+
+
+@router.get("/transitions", dependencies=[Depends(require_read_token)])
+def get_transitions(pool: ReadPoolDep, span: TimeRangeDep) -> list[dict[str, Any]]:
+    """Every state change in the range, newest first; `actor` is gpuscope, human or scheduler."""
+    with pool.connection() as conn:
+        rows = query.health_transitions(conn, span)
+    return [
+        {"at": t.at, "cluster": t.cluster, "node": t.node, "from": t.from_state, "to": t.to_state,
+         "reason": t.reason, "actor": t.actor}
+        for t in rows
+    ]  # fmt: skip
+
+
+@router.get("/actions", dependencies=[Depends(require_read_token)])
+def get_actions(pool: ReadPoolDep, span: TimeRangeDep) -> list[dict[str, Any]]:
+    """Every scheduler command gpuscope ran, would have run (dry run) or refused, newest first."""
+    with pool.connection() as conn:
+        return [asdict(a) for a in query.health_actions(conn, span)]
+
+
+class HoldIn(BaseModel):
+    by: str = Field(min_length=1, max_length=200, description="who holds it")
+    reason: str = Field(default="", max_length=1000)
+
+
+@router.put(
+    "/nodes/{cluster}/{node}/hold",
+    dependencies=[Depends(require_admin_token)],
+    responses={404: error("No node has this name in this cluster")},
+)
+async def put_hold(pool: WritePoolDep, cluster: str, node: str, body: HoldIn) -> dict[str, Any]:
+    """Hold a node: gpuscope keeps judging it but neither drains nor resumes it until the hold is lifted."""
+    words = f"{body.by}" + (f": {body.reason}" if body.reason else "")
+    async with pool.connection() as conn:
+        found = await holds.set_hold(conn, cluster, node, words, datetime.now(UTC))
+    if not found:
+        raise HTTPException(404, f"no node {node!r} in cluster {cluster!r}")
+    return {"cluster": cluster, "node": node, "held_by": words}
+
+
+@router.delete(
+    "/nodes/{cluster}/{node}/hold",
+    dependencies=[Depends(require_admin_token)],
+    responses={404: error("No node has this name in this cluster")},
+)
+async def delete_hold(pool: WritePoolDep, cluster: str, node: str) -> dict[str, Any]:
+    async with pool.connection() as conn:
+        found = await holds.set_hold(conn, cluster, node, None, datetime.now(UTC))
+    if not found:
+        raise HTTPException(404, f"no node {node!r} in cluster {cluster!r}")
+    return {"cluster": cluster, "node": node, "held_by": None}

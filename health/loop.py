@@ -1,0 +1,339 @@
+"""The health loop: each cycle finds new evidence, moves nodes between states, and drains, validates and
+resumes them through the scheduler, within the site's policy (health/policy.py).
+
+    healthy --suspect finding--> suspect --a 3rd in a day--> unhealthy
+    healthy|suspect|validating --unhealthy finding--> unhealthy (drain requested)
+    unhealthy --drain allowed and done--> drained        (refused: stays unhealthy, and says why)
+    drained --quiet for quiet_s, every GPU up, no remap pending--> validating
+    validating --the site's command passes, node resumed--> healthy   (fails: back to drained)
+    suspect --no finding for suspect_clear_s--> healthy
+
+An operator has the last word: a node resumed by hand in the scheduler is healthy again (gpuscope does
+not drain it again for the evidence it had, only for new evidence), a node drained by hand with another
+reason is held (never resumed by gpuscope), and a hold set through gpuscope stops every action on it.
+In dry run every state is walked and every command recorded, none run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from gpuscope.health import store
+from gpuscope.health.evidence import find_evidence
+from gpuscope.health.model import Actor, Evidence, Severity, State, Transition
+from gpuscope.health.policy import HealthPolicy
+from gpuscope.health.schedulers.base import REASON_PREFIX, Outcome, Scheduler, SchedulerNode
+from gpuscope.health.validate import run_validation
+
+log = logging.getLogger(__name__)
+
+LOOKBACK = timedelta(minutes=15)  # evidence looked for at a (re)start: what happened while no one led
+OVERLAP = timedelta(minutes=2)  # each cycle looks again this far back: pushes arrive late
+HELD_BY_SCHEDULER = "scheduler: "  # a hold gpuscope inferred from the scheduler, lifted by it too
+LOCK_KEY = 0x67706865616C7468  # "gphealth": the one active health loop across collector replicas
+
+
+@dataclass
+class CycleReport:
+    new_evidence: int = 0
+    transitions: list[Transition] = field(default_factory=list)
+
+
+@dataclass
+class _Node:
+    """One node's row with what this cycle learnt about it."""
+
+    row: store.NodeRow
+    new: list[Evidence]
+    summary: store.EvidenceSummary | None
+    seen: SchedulerNode | None  # None: not asked, or the scheduler does not know it
+
+
+class HealthLoop:
+    def __init__(self, policy: HealthPolicy, scheduler: Scheduler | None = None) -> None:
+        self.policy = policy
+        self.scheduler = scheduler
+        self._watermark: datetime | None = None
+        self._validations: dict[int, asyncio.Task[Outcome]] = {}
+        self._validated: set[int] = set()  # passed, resume still to do
+
+    @property
+    def live(self) -> bool:
+        """Whether commands really run (a scheduler, and not a dry run)."""
+        return self.scheduler is not None and not self.policy.dry_run
+
+    async def cycle(self, conn: AsyncConnection[Any], now: datetime | None = None) -> CycleReport:
+        now = now or datetime.now(UTC)
+        report = CycleReport()
+        since = self._watermark or now - LOOKBACK
+        new = await store.record_evidence(conn, await find_evidence(conn, since, now))
+        self._watermark = now - OVERLAP
+        report.new_evidence = len(new)
+        rows = await store.load_nodes(conn)
+        by_node: dict[int, list[Evidence]] = {}
+        for item in new:
+            by_node.setdefault(item.node_id, []).append(item)
+        watched = sorted(set(by_node) | {node_id for node_id, row in rows.items() if row.state != State.HEALTHY})
+        summaries = await store.evidence_summary(conn, watched, now - timedelta(seconds=self.policy.suspect_window_s))
+        seen = await self._scheduler_view([rows[n] for n in watched])
+        self._held_out = sum(r.state in (State.DRAINED, State.VALIDATING) and not r.held_by for r in rows.values())
+        self._fleet = len(rows)
+        for node_id in watched:
+            node = _Node(rows[node_id], by_node.get(node_id, []), summaries.get(node_id), seen.get(rows[node_id].name))
+            await self._judge(conn, node, now, report)
+        return report
+
+    async def _scheduler_view(self, rows: Sequence[store.NodeRow]) -> dict[str, SchedulerNode]:
+        out_of_service = [r.name for r in rows if r.state in (State.UNHEALTHY, State.DRAINED, State.VALIDATING)]
+        if not self.live or not out_of_service:
+            return {}
+        assert self.scheduler is not None
+        try:
+            return await self.scheduler.nodes(out_of_service)
+        except RuntimeError as exc:
+            log.warning("cannot read node states from %s: %s", self.scheduler.name, exc)
+            return {}
+
+    async def _judge(self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport) -> None:
+        counted = [e for e in node.new if e.severity != Severity.IGNORE]
+        state = node.row.state
+        if counted:
+            state = await self._on_evidence(conn, node, counted, now, report)
+        if state in (State.DRAINED, State.VALIDATING) and await self._operator_took_over(conn, node, now, report):
+            return
+        if state == State.UNHEALTHY:
+            await self._drain(conn, node, now, report)
+        elif (
+            state == State.SUSPECT
+            and node.summary
+            and now - node.summary.last_at >= self._s(self.policy.suspect_clear_s)
+        ):
+            await self._move(
+                conn, node, State.HEALTHY, f"no new evidence for {_span(self.policy.suspect_clear_s)}", now, report
+            )
+        elif state == State.DRAINED:
+            await self._maybe_validate(conn, node, now, report)
+        elif state == State.VALIDATING:
+            await self._finish_validation(conn, node, now, report)
+
+    async def _on_evidence(
+        self, conn: AsyncConnection[Any], node: _Node, items: list[Evidence], now: datetime, report: CycleReport
+    ) -> State:
+        state = node.row.state
+        worst = store.severity_of(items)
+        words = _words(items)
+        if worst == Severity.UNHEALTHY and state in (State.HEALTHY, State.SUSPECT, State.VALIDATING):
+            self._cancel_validation(node.row.node_id)
+            return await self._move(conn, node, State.UNHEALTHY, words, now, report)
+        if state == State.VALIDATING:
+            self._cancel_validation(node.row.node_id)
+            return await self._move(conn, node, State.DRAINED, f"new evidence while validating: {words}", now, report)
+        if state == State.HEALTHY:
+            return await self._move(conn, node, State.SUSPECT, words, now, report)
+        recent = node.summary.recent if node.summary else len(items)
+        if state == State.SUSPECT and recent >= self.policy.suspect_limit:
+            reason = f"{recent} findings in {_span(self.policy.suspect_window_s)}, the newest: {words}"
+            return await self._move(conn, node, State.UNHEALTHY, reason, now, report)
+        return state
+
+    async def _operator_took_over(
+        self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
+    ) -> bool:
+        """A node gpuscope had out of service that an operator resumed, or drained again for a reason of
+        their own, in the scheduler."""
+        if not self.live or node.seen is None:
+            return False
+        if not node.seen.drained:
+            self._cancel_validation(node.row.node_id)
+            reason = f"resumed in {self.scheduler.name if self.scheduler else 'the scheduler'} by an operator"
+            await self._move(
+                conn, node, State.HEALTHY, reason, now, report, actor=Actor.HUMAN, clear_hold=_scheduler_hold(node.row)
+            )
+            return True
+        if not node.seen.ours and node.row.held_by is None:
+            held = HELD_BY_SCHEDULER + node.seen.reason
+            await store.save_reason(conn, node.row.node_id, f"drained by an operator: {node.seen.reason}", held)
+            return True
+        return node.row.held_by is not None
+
+    async def _drain(self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport) -> None:
+        row = node.row
+        if row.held_by:
+            await self._say(conn, row, f"held ({row.held_by}): gpuscope takes no action", row.held_by)
+            return
+        refusal = await self._refusal(conn, row, now)
+        if refusal is not None:
+            if row.reason != refusal:  # once per reason, not every cycle
+                await self._say(conn, row, refusal, None)
+                await store.record_action(
+                    conn, now, row.node_id, "refused", self._scheduler_name, self.policy.dry_run, None, refusal
+                )
+                log.warning("health: %s", refusal)
+            return
+        cause = node.summary.worst if node.summary else row.reason
+        reason = REASON_PREFIX + cause
+        jobs = (await store.running_jobs(conn, [row.node_id])).get(row.node_id, [])
+        affected = f"; {len(jobs)} job{'s' if len(jobs) != 1 else ''} affected" if jobs else ""
+        if not self.live:
+            command = self.scheduler.command("drain", row.name, reason) if self.scheduler else "no scheduler configured"
+            await store.record_action(
+                conn, now, row.node_id, "drain", self._scheduler_name, True, None, f"would run: {command}"
+            )
+            await self._move(conn, node, State.DRAINED, f"{cause}{affected} (dry run: nothing drained)", now, report)
+        else:
+            assert self.scheduler is not None
+            outcome = await self.scheduler.drain(row.name, reason)
+            await store.record_action(
+                conn, now, row.node_id, "drain", self.scheduler.name, False, outcome.ok, outcome.detail
+            )
+            if not outcome.ok:
+                await self._say(conn, row, f"drain failed: {outcome.detail}", None)
+                return
+            await self._move(conn, node, State.DRAINED, f"{cause}{affected}", now, report)
+        self._held_out += 1
+
+    async def _refusal(self, conn: AsyncConnection[Any], row: store.NodeRow, now: datetime) -> str | None:
+        """Why the guard rails forbid draining this node now, or None."""
+        limit = self.policy.drain_limit(self._fleet)
+        if self._held_out >= limit:
+            return (
+                f"drain refused: {self._held_out} node(s) already out of service by gpuscope, the policy allows"
+                f" {limit} (max_drained {self.policy.max_drained}, max_drained_share {self.policy.max_drained_share:g}"
+                f" of {self._fleet} nodes)"
+            )
+        drains = await store.drains_since(conn, now - timedelta(hours=1))
+        if drains >= self.policy.max_drains_per_hour:
+            return (
+                f"drain refused: {drains} drains in the last hour, the policy allows {self.policy.max_drains_per_hour}"
+            )
+        for job_id, user in (await store.running_jobs(conn, [row.node_id])).get(row.node_id, []):
+            rule = self.policy.protects(job_id, user)
+            if rule is not None:
+                return f"drain refused: it runs job {job_id} ({user or 'user unknown'}), protected by {rule}"
+        return None
+
+    async def _maybe_validate(
+        self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
+    ) -> None:
+        row = node.row
+        if row.held_by:
+            return
+        quiet_since = max(t for t in (row.since, node.summary.last_at if node.summary else None) if t is not None)
+        if now - quiet_since < self._s(self.policy.quiet_s):
+            return
+        missing = (await store.ready_to_return(conn, [row.node_id], now)).get(row.node_id, "no GPU known")
+        if missing:
+            if row.reason != f"{row.reason.split(' | waiting: ')[0]} | waiting: {missing}":
+                await self._say(conn, row, f"{row.reason.split(' | waiting: ')[0]} | waiting: {missing}", None)
+            return
+        reason = f"quiet for {_span(self.policy.quiet_s)}, every GPU reporting up, no row remap pending"
+        await self._move(conn, node, State.VALIDATING, reason, now, report)
+        self._start_validation(row)
+
+    def _start_validation(self, row: store.NodeRow) -> None:
+        self._validated.discard(row.node_id)
+        task = asyncio.create_task(run_validation(self.policy, row.name), name=f"validate {row.name}")
+        self._validations[row.node_id] = task
+
+    def _cancel_validation(self, node_id: int) -> None:
+        task = self._validations.pop(node_id, None)
+        if task is not None:
+            task.cancel()
+        self._validated.discard(node_id)
+
+    async def _finish_validation(
+        self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
+    ) -> None:
+        row = node.row
+        if row.node_id not in self._validated:
+            task = self._validations.get(row.node_id)
+            if task is None:  # a new leader, or a restart: validate again
+                self._start_validation(row)
+                return
+            if not task.done():
+                return
+            outcome = self._validations.pop(row.node_id).result()
+            await store.record_action(
+                conn, now, row.node_id, "validate", self._scheduler_name, False, outcome.ok, outcome.detail
+            )
+            if not outcome.ok:
+                await self._move(conn, node, State.DRAINED, f"validation failed: {outcome.detail}", now, report)
+                return
+            self._validated.add(row.node_id)
+        if self.live:
+            assert self.scheduler is not None
+            resumed = await self.scheduler.resume(row.name)
+            await store.record_action(
+                conn, now, row.node_id, "resume", self.scheduler.name, False, resumed.ok, resumed.detail
+            )
+            if not resumed.ok:
+                await self._say(conn, row, f"validated, but the resume failed: {resumed.detail}", None)
+                return
+            words = "validated and resumed"
+        else:
+            command = self.scheduler.command("resume", row.name) if self.scheduler else "no scheduler configured"
+            await store.record_action(
+                conn, now, row.node_id, "resume", self._scheduler_name, True, None, f"would run: {command}"
+            )
+            words = "validated (dry run: nothing resumed)"
+        self._validated.discard(row.node_id)
+        self._held_out -= 1
+        await self._move(conn, node, State.HEALTHY, words, now, report)
+
+    async def _move(
+        self,
+        conn: AsyncConnection[Any],
+        node: _Node,
+        to: State,
+        reason: str,
+        now: datetime,
+        report: CycleReport,
+        actor: Actor = Actor.GPUSCOPE,
+        clear_hold: bool = False,
+    ) -> State:
+        row = node.row
+        move = Transition(now, row.node_id, row.state, to, reason, actor)
+        held = None if clear_hold else row.held_by
+        await store.save_transition(conn, move, held)
+        node.row = store.NodeRow(row.node_id, row.cluster, row.name, to, now, reason, held)
+        report.transitions.append(move)
+        log.info("health: %s %s -> %s: %s", row.name, row.state, to, reason)
+        return to
+
+    async def _say(self, conn: AsyncConnection[Any], row: store.NodeRow, reason: str, held_by: str | None) -> None:
+        if row.reason != reason or row.held_by != held_by:
+            await store.save_reason(conn, row.node_id, reason, held_by)
+
+    @property
+    def _scheduler_name(self) -> str:
+        return self.scheduler.name if self.scheduler else "none"
+
+    @staticmethod
+    def _s(seconds: float) -> timedelta:
+        return timedelta(seconds=seconds)
+
+
+def _words(items: list[Evidence]) -> str:
+    """The worst finding in words, and how many more."""
+    ranks = {Severity.UNHEALTHY: 0, Severity.SUSPECT: 1, Severity.IGNORE: 2}
+    ordered = sorted(items, key=lambda e: (ranks[e.severity], -e.at.timestamp()))
+    more = f" (+{len(items) - 1} more)" if len(items) > 1 else ""
+    return ordered[0].detail + more
+
+
+def _span(seconds: float) -> str:
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _scheduler_hold(row: store.NodeRow) -> bool:
+    """A hold gpuscope inferred from the scheduler (lifted with it), not one an operator set through gpuscope."""
+    return bool(row.held_by and row.held_by.startswith(HELD_BY_SCHEDULER))

@@ -1,0 +1,1 @@
+"""The schedulers gpuscope drains and resumes nodes through."""
