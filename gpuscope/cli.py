@@ -218,7 +218,9 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure against the project's targets")
     bench.add_argument(
-        "target", choices=["exporter", "ingest", "query", "stragglers", "alerts", "dashboard"], help="what to measure"
+        "target",
+        choices=["exporter", "ingest", "query", "stragglers", "alerts", "dashboard", "health"],
+        help="what to measure",
     )
     bench.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
     bench.add_argument(
@@ -242,7 +244,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run_bench(args: argparse.Namespace) -> None:
     from gpuscope.bench import alerts as alerts_bench
     from gpuscope.bench import dashboard as dashboard_bench
-    from gpuscope.bench import exporter, ingest, query, stragglers, stragglers_live
+    from gpuscope.bench import exporter, health_evidence, ingest, query, stragglers, stragglers_live
     from gpuscope.bench.report import emit
 
     logging.getLogger().setLevel(logging.WARNING)
@@ -253,6 +255,7 @@ def _run_bench(args: argparse.Namespace) -> None:
         "stragglers": (lambda: stragglers_live.run(float(args.push_s))) if args.end_to_end else stragglers.run,
         "alerts": alerts_bench.run,
         "dashboard": dashboard_bench.run,
+        "health": health_evidence.run,
     }
     emit(args.target, runs[args.target](), args.json)
 

@@ -34,7 +34,10 @@ from gpuscope.health.validate import run_validation
 log = logging.getLogger(__name__)
 
 LOOKBACK = timedelta(minutes=15)  # evidence looked for at a (re)start: what happened while no one led
-OVERLAP = timedelta(minutes=2)  # each cycle looks again this far back: pushes arrive late
+# Pushes arrive late (an exporter sends every 10-60 s): each cycle judges up to LAG before now, and reads
+# again OVERLAP before its last window's end. A finding re-read is the same row (the store's key), not news.
+LAG = timedelta(seconds=30)
+OVERLAP = timedelta(seconds=60)
 HELD_BY_SCHEDULER = "scheduler: "  # a hold gpuscope inferred from the scheduler, lifted by it too
 LOCK_KEY = 0x67706865616C7468  # "gphealth": the one active health loop across collector replicas
 
@@ -62,6 +65,11 @@ class HealthLoop:
         self._watermark: datetime | None = None
         self._validations: dict[int, asyncio.Task[Outcome]] = {}
         self._validated: set[int] = set()  # passed, resume still to do
+        # What one cycle knows of the whole fleet, for the guard rails; kept up to date as it drains.
+        self._held_out = 0
+        self._fleet = 0
+        self._drains = 0  # in the last hour
+        self._jobs: dict[int, list[tuple[str, str | None]]] = {}
 
     @property
     def live(self) -> bool:
@@ -71,9 +79,10 @@ class HealthLoop:
     async def cycle(self, conn: AsyncConnection[Any], now: datetime | None = None) -> CycleReport:
         now = now or datetime.now(UTC)
         report = CycleReport()
-        since = self._watermark or now - LOOKBACK
-        new = await store.record_evidence(conn, await find_evidence(conn, since, now))
-        self._watermark = now - OVERLAP
+        until = now - LAG
+        since = self._watermark - OVERLAP if self._watermark else now - LOOKBACK
+        new = await store.record_evidence(conn, await find_evidence(conn, since, until))
+        self._watermark = until
         report.new_evidence = len(new)
         rows = await store.load_nodes(conn)
         by_node: dict[int, list[Evidence]] = {}
@@ -84,6 +93,8 @@ class HealthLoop:
         seen = await self._scheduler_view([rows[n] for n in watched])
         self._held_out = sum(r.state in (State.DRAINED, State.VALIDATING) and not r.held_by for r in rows.values())
         self._fleet = len(rows)
+        self._jobs = await store.running_jobs(conn, watched)
+        self._drains = await store.drains_since(conn, now - timedelta(hours=1))
         for node_id in watched:
             node = _Node(rows[node_id], by_node.get(node_id, []), summaries.get(node_id), seen.get(rows[node_id].name))
             await self._judge(conn, node, now, report)
@@ -167,7 +178,7 @@ class HealthLoop:
         if row.held_by:
             await self._say(conn, row, f"held ({row.held_by}): gpuscope takes no action", row.held_by)
             return
-        refusal = await self._refusal(conn, row, now)
+        refusal = self._refusal(row)
         if refusal is not None:
             if row.reason != refusal:  # once per reason, not every cycle
                 await self._say(conn, row, refusal, None)
@@ -178,7 +189,7 @@ class HealthLoop:
             return
         cause = node.summary.worst if node.summary else row.reason
         reason = REASON_PREFIX + cause
-        jobs = (await store.running_jobs(conn, [row.node_id])).get(row.node_id, [])
+        jobs = self._jobs.get(row.node_id, [])
         affected = f"; {len(jobs)} job{'s' if len(jobs) != 1 else ''} affected" if jobs else ""
         if not self.live:
             command = self.scheduler.command("drain", row.name, reason) if self.scheduler else "no scheduler configured"
@@ -197,8 +208,9 @@ class HealthLoop:
                 return
             await self._move(conn, node, State.DRAINED, f"{cause}{affected}", now, report)
         self._held_out += 1
+        self._drains += 1
 
-    async def _refusal(self, conn: AsyncConnection[Any], row: store.NodeRow, now: datetime) -> str | None:
+    def _refusal(self, row: store.NodeRow) -> str | None:
         """Why the guard rails forbid draining this node now, or None."""
         limit = self.policy.drain_limit(self._fleet)
         if self._held_out >= limit:
@@ -207,12 +219,10 @@ class HealthLoop:
                 f" {limit} (max_drained {self.policy.max_drained}, max_drained_share {self.policy.max_drained_share:g}"
                 f" of {self._fleet} nodes)"
             )
-        drains = await store.drains_since(conn, now - timedelta(hours=1))
-        if drains >= self.policy.max_drains_per_hour:
-            return (
-                f"drain refused: {drains} drains in the last hour, the policy allows {self.policy.max_drains_per_hour}"
-            )
-        for job_id, user in (await store.running_jobs(conn, [row.node_id])).get(row.node_id, []):
+        if self._drains >= self.policy.max_drains_per_hour:
+            allowed = self.policy.max_drains_per_hour
+            return f"drain refused: {self._drains} drains in the last hour, the policy allows {allowed}"
+        for job_id, user in self._jobs.get(row.node_id, []):
             rule = self.policy.protects(job_id, user)
             if rule is not None:
                 return f"drain refused: it runs job {job_id} ({user or 'user unknown'}), protected by {rule}"

@@ -25,9 +25,12 @@ from gpuscope.collector.store.copy_binary import CopyColumn, encode
 from gpuscope.collector.store.migrate import migrate
 from gpuscope.core.embedded_pg import throwaway_postgres
 from gpuscope.health.evidence import find_evidence
+from gpuscope.health.loop import HealthLoop
+from gpuscope.health.policy import HealthPolicy
 
 GPUS_PER_NODE, PORTS_PER_NODE = 8, 8
 STEP_S = 10
+LOOP_EVERY_S = HealthPolicy().every_s
 RECENT_S, HISTORY_S = 20 * 60, 6 * 3600  # every device; the devices with something to show
 CYCLE_S, CYCLES = 60, 10
 SLOW_EVERY, FAST_EVERY, FAST_FROM_S = 720, 12, 600  # ports' flaps: samples apart; fast ones since (s ago)
@@ -53,6 +56,34 @@ def measure(dsn: str, nodes: int = 1250) -> dict[str, Any]:
         "rows_loaded": rows,
         "load_seconds": round(load_s, 1),
         **asyncio.run(_time_cycles(dsn, now)),
+        **asyncio.run(_time_loop(dsn, now)),
+    }
+
+
+async def _time_loop(dsn: str, now: datetime) -> dict[str, Any]:
+    """The whole health cycle as the collector runs it (health/loop.py, dry run, the default policy):
+    evidence over the window since the last cycle and its overlap for late pushes, stored once, then every
+    node with news or out of health judged. The first cycle catches up on the loop's look-back."""
+    loop = HealthLoop(HealthPolicy())
+    times = []
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        t0 = time.perf_counter()
+        first = await loop.cycle(conn, now - timedelta(minutes=5))
+        first_s = time.perf_counter() - t0
+        at = now - timedelta(minutes=5)
+        while at < now:
+            at += timedelta(seconds=LOOP_EVERY_S)
+            t0 = time.perf_counter()
+            await loop.cycle(conn, at)
+            times.append(time.perf_counter() - t0)
+        states = await (await conn.execute("SELECT state, count(*) FROM health_node GROUP BY state")).fetchall()
+    return {
+        "health_cycle_every_s": LOOP_EVERY_S,
+        "health_cycle_s": round(statistics.median(times), 3),
+        "health_cycle_s_max": round(max(times), 3),
+        "health_first_cycle_s": round(first_s, 3),
+        "health_first_cycle_transitions": len(first.transitions),
+        "health_states": {state: count for state, count in sorted(states)},
     }
 
 

@@ -34,7 +34,7 @@ def collector(dsn: str) -> Iterator[RunningCollector]:
 
     async def judge() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await HealthLoop(HealthPolicy(max_drained_share=1.0)).cycle(conn, at(110))
+            await HealthLoop(HealthPolicy(max_drained_share=1.0)).cycle(conn, at(140))
 
     asyncio.run(judge())
     with running_collector(dsn, admin_token=ADMIN) as running:

@@ -81,7 +81,7 @@ def loop(**policy: Any) -> HealthLoop:
 def test_an_xid_79_drains_the_node_and_it_returns_after_a_quiet_validated_window(fleet: Fleet) -> None:
     fleet.xid("n1", 3, 100, 79)
     health = loop()
-    first, again = fleet.run(health, 110, 120)
+    first, again = fleet.run(health, 140, 150)
     assert [(m.from_state, m.to_state) for m in first.transitions] == [
         ("healthy", "unhealthy"),
         ("unhealthy", "drained"),
@@ -91,8 +91,8 @@ def test_an_xid_79_drains_the_node_and_it_returns_after_a_quiet_validated_window
     assert fleet.actions("n1") == [("drain", True, "would run: no scheduler configured")]
     assert again.new_evidence == 0 and again.transitions == [], "the same window again changes nothing"
     assert fleet.state("n2")[0] == "healthy"
-    # Quiet for 15 minutes after the drain (at 110): validated, then back.
-    early, validating, back = fleet.run(health, 1000, 1020, 1030)
+    # Quiet for 15 minutes after the drain (at 140): validated, then back.
+    early, validating, back = fleet.run(health, 1000, 1050, 1060)
     assert early.transitions == []
     assert [m.to_state for m in validating.transitions] == ["validating"]
     assert [m.to_state for m in back.transitions] == ["healthy"]
@@ -102,7 +102,7 @@ def test_an_xid_79_drains_the_node_and_it_returns_after_a_quiet_validated_window
 
 def test_an_application_xid_is_kept_as_evidence_and_moves_nothing(fleet: Fleet) -> None:
     fleet.xid("n1", 0, 100, 13)
-    (report,) = fleet.run(loop(), 110)
+    (report,) = fleet.run(loop(), 140)
     assert report.new_evidence == 1 and report.transitions == []
     assert fleet.state("n1")[0] == "healthy"
 
@@ -110,7 +110,7 @@ def test_an_application_xid_is_kept_as_evidence_and_moves_nothing(fleet: Fleet) 
 def test_the_drain_limit_refuses_the_next_node_and_says_why_once(fleet: Fleet) -> None:
     fleet.xid("n1", 3, 100, 79)
     fleet.xid("n2", 1, 100, 79)
-    fleet.run(loop(max_drained=1), 110, 120, 130)
+    fleet.run(loop(max_drained=1), 140, 150, 160)
     assert fleet.state("n1")[0] == "drained"
     state, reason, _ = fleet.state("n2")
     assert state == "unhealthy"
@@ -120,7 +120,7 @@ def test_the_drain_limit_refuses_the_next_node_and_says_why_once(fleet: Fleet) -
 
 def test_a_share_that_rounds_to_no_node_drains_nothing(fleet: Fleet) -> None:
     fleet.xid("n1", 3, 100, 79)
-    fleet.run(HealthLoop(HealthPolicy()), 110)  # the defaults: 10% of 4 nodes
+    fleet.run(HealthLoop(HealthPolicy()), 140)  # the defaults: 10% of 4 nodes
     state, reason, _ = fleet.state("n1")
     assert state == "unhealthy" and "the policy allows 0" in reason and "max_drained_share 0.1 of 4 nodes" in reason
 
@@ -128,7 +128,7 @@ def test_a_share_that_rounds_to_no_node_drains_nothing(fleet: Fleet) -> None:
 def test_the_rate_limit_refuses_a_drain_past_its_count_in_an_hour(fleet: Fleet) -> None:
     fleet.xid("n1", 3, 100, 79)
     fleet.xid("n2", 1, 100, 79)
-    fleet.run(loop(max_drains_per_hour=1), 110)
+    fleet.run(loop(max_drains_per_hour=1), 140)
     assert fleet.state("n1")[0] == "drained"
     assert fleet.state("n2")[1] == "drain refused: 1 drains in the last hour, the policy allows 1"
 
@@ -140,7 +140,7 @@ def test_a_node_running_a_protected_job_is_not_drained(fleet: Fleet) -> None:
         [fleet.nodes["n1"], fleet.gpus["n1"][0], at(-600), at(100)],
     )
     fleet.xid("n1", 3, 100, 79)
-    fleet.run(loop(protect_jobs=("^hero-",)), 110)
+    fleet.run(loop(protect_jobs=("^hero-",)), 140)
     state, reason, _ = fleet.state("n1")
     assert state == "unhealthy"
     assert reason == "drain refused: it runs job hero-7 (ada), protected by protect_jobs '^hero-'"
@@ -150,7 +150,7 @@ def test_a_failed_validation_keeps_the_node_out_and_the_node_name_reaches_the_co
     fleet.xid("n1", 3, 100, 79)
     fleet.xid("n2", 3, 100, 79)
     health = loop(validate_command=("sh", "-c", "test {node} = n2"))
-    fleet.run(health, 110, 1020, 1030)
+    fleet.run(health, 140, 1050, 1060)
     state, reason, _ = fleet.state("n1")
     assert state == "drained" and reason.startswith("validation failed: sh -c test n1 = n2: failed (exit 1)")
     assert fleet.state("n2")[0] == "healthy"
@@ -159,7 +159,7 @@ def test_a_failed_validation_keeps_the_node_out_and_the_node_name_reaches_the_co
 def test_a_node_waits_drained_while_a_gpu_does_not_report(fleet: Fleet) -> None:
     fleet.xid("n1", 3, 100, 79)
     fleet.telemetry.conn.execute("DELETE FROM gpu_sample WHERE gpu_id = %s AND ts > %s", [fleet.gpus["n1"][2], at(500)])
-    fleet.run(loop(), 110, 1020)
+    fleet.run(loop(), 140, 1050)
     state, reason, _ = fleet.state("n1")
     assert state == "drained" and "waiting: GPU 2 has not reported" in reason
 
@@ -169,12 +169,12 @@ def test_suspect_findings_escalate_at_the_third_and_clear_after_a_quiet_hour(fle
         fleet.xid("n1", 0, t, code)
     fleet.xid("n2", 0, 100, 9001)
     health = loop()
-    fleet.run(health, 110, 210)
+    fleet.run(health, 140, 240)
     assert fleet.state("n1")[0] == "suspect"
-    fleet.run(health, 310)
+    fleet.run(health, 340)
     assert fleet.state("n1")[0] == "drained" and fleet.moves("n1")[1] == ("suspect", "unhealthy")
     assert fleet.state("n2")[0] == "suspect"
-    fleet.run(health, 100 + 3600 + 10)
+    fleet.run(health, 100 + 3600 + 40)
     assert fleet.state("n2")[0] == "healthy"
 
 
@@ -186,7 +186,7 @@ def test_a_held_node_is_judged_but_never_drained(fleet: Fleet) -> None:
 
     asyncio.run(hold())
     fleet.xid("n1", 3, 100, 79)
-    fleet.run(loop(), 110, 120)
+    fleet.run(loop(), 140, 150)
     state, reason, held = fleet.state("n1")
     assert (state, held) == ("unhealthy", "alice: firmware update")
     assert reason == "held (alice: firmware update): gpuscope takes no action"
