@@ -29,6 +29,9 @@ class JobInfo:
     pod: str | None = None
     container: str | None = None
     workload: str | None = None
+    # Slurm (deploy/slurm/prolog.sh): the job's account, where it has one, and its partition.
+    account: str | None = None
+    partition: str | None = None
 
 
 @dataclass(frozen=True)

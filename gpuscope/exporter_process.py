@@ -15,6 +15,7 @@ from gpuscope.exporter.exposition import NameSets
 from gpuscope.exporter.jobs.base import JobSource
 from gpuscope.exporter.jobs.kubernetes import DEFAULT_SOCKET
 from gpuscope.exporter.jobs.select import KUBELET_PODS_URL, KubernetesOptions, PodMetadata, open_jobs
+from gpuscope.exporter.jobs.slurm import configured_mapping_dir
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, NodeSpec, SimJobs, SimNodeSource
 from gpuscope.exporter.sources.base import BackendUnavailable, Source
@@ -40,7 +41,7 @@ class ExporterSettings:
     token_file: Path | None = None
     spool_dir: Path | None = None
     jobs: Jobs = "auto"
-    slurm_mapping_dir: Path = Path("/run/gpuscope/slurm")
+    slurm_mapping_dir: Path | None = None  # None: the prolog's own setting (configured_mapping_dir)
     pod_resources_socket: Path = DEFAULT_SOCKET
     pod_metadata: PodMetadata = "auto"
     kubelet_pods_url: str = KUBELET_PODS_URL
@@ -109,7 +110,8 @@ def make_jobs(settings: ExporterSettings, source: Source) -> JobSource | None:
         # the simulator's own schedule; `--jobs k8s` attributes its GPUs through a (test) kubelet instead
         assert isinstance(source, SimNodeSource)
         return SimJobs(source.node, source.schedule)
-    return open_jobs(settings.jobs, source, settings.slurm_mapping_dir, kubernetes=kubernetes)
+    mapping_dir = settings.slurm_mapping_dir or configured_mapping_dir()
+    return open_jobs(settings.jobs, source, mapping_dir, kubernetes=kubernetes)
 
 
 def run(settings: ExporterSettings) -> None:

@@ -71,9 +71,12 @@ def exposition(scrape: int) -> str:
         f"gpuscope_ib_port_state{{{port}}} 1",
         f"gpuscope_ib_port_physical_state{{{port}}} 3",
         'gpuscope_straggler_slowdown_ratio{job_id="42",node="gpu-node-001",gpu="0",cause="thermal"} 0.2',
-        'gpuscope_node_health_jobs_running{cluster="prod",node="gpu-node-001",state="drained",reason="XID 79 on GPU 0"} 2',
-        'gpuscope_node_health_jobs_running{cluster="prod",node="gpu-node-002",state="unhealthy",reason="drain refused"} 0',
-        'gpuscope_node_health_jobs_running{cluster="prod",node="gpu-node-003",state="suspect",reason="NVLink flaps"} 1',
+    ]
+    health = 'gpuscope_node_health_jobs_running{{cluster="prod",node="{}",state="{}",reason="{}"}} {}'
+    lines += [
+        health.format("gpu-node-001", "drained", "XID 79 on GPU 0", 2),
+        health.format("gpu-node-002", "unhealthy", "drain refused", 0),
+        health.format("gpu-node-003", "suspect", "NVLink flaps", 1),
     ]
     lines += [
         f'gpuscope_gpu_clock_event_active{{{gpu0},reason="{r}"}} {int(r in {"sw_thermal_slowdown", "sw_power_cap"})}'

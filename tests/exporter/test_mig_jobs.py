@@ -4,6 +4,7 @@ each MIG device, what /metrics shows (gpuscope_mig_job_info), and whole GPUs att
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -51,10 +52,11 @@ def test_mapping_files_named_by_mig_uuid_give_each_mig_device_its_job(tmp_path: 
 def test_a_stale_mig_mapping_is_ignored_as_a_gpus_is(tmp_path: Path) -> None:
     mapping, cgroups = tmp_path / "map", tmp_path / "cgroup"
     mapping.mkdir()
-    (cgroups / "system.slice" / "slurmstepd.scope" / "job_500").mkdir(parents=True)
+    # PrologFlags=Contain: every job has a cgroup with a step_extern, so a missing one means a dead job
+    (cgroups / "system.slice" / "slurmstepd.scope" / "job_500" / "step_extern").mkdir(parents=True)
     (mapping / "MIG-aaaa").write_text("500 bob\n")
     (mapping / "MIG-bbbb").write_text("400 carol\n")  # its epilog never ran: no cgroup any more
-    jobs = SlurmJobs(mapping, cgroup_root=cgroups)
+    jobs = SlurmJobs(mapping, cgroup_root=cgroups, clock=lambda: time.time() + 120)  # past a new file's grace
     assert jobs.assign_mig({3: ("MIG-aaaa", "MIG-bbbb")}, 0.0) == {"MIG-aaaa": JobInfo("500", "bob")}
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from gpuscope.exporter.jobs.slurm import SlurmJobs
+from gpuscope.exporter.jobs.slurm import DEFAULT_MAPPING_DIR, SlurmJobs, configured_mapping_dir
 from gpuscope.exporter.snapshot import GpuIdentity, JobInfo
 from tests.conftest import require_tool
 
@@ -33,14 +34,84 @@ def test_malformed_file_is_ignored_and_logged_once(tmp_path: Path, caplog: pytes
     assert sum("JOBID [USER]" in m for m in caplog.messages) == 1
 
 
-def test_stale_file_of_a_finished_job_is_ignored(tmp_path: Path) -> None:
-    mapping, cgroups = tmp_path / "map", tmp_path / "cgroup"
+def test_mapping_line_with_account_and_partition(tmp_path: Path) -> None:
+    (tmp_path / "GPU-0000").write_text("1234 alice account=physics partition=gpu\n")
+    (tmp_path / "GPU-0001").write_text("1235 bob partition=debug\n")  # no account: none given, no accounting
+    (tmp_path / "GPU-0002").write_text("1236 carol\n")  # an older prolog's file
+    (tmp_path / "GPU-0003").write_text("1237 account=chem future=field\n")  # no user; a key not known yet
+    jobs = SlurmJobs(tmp_path, cgroup_root=tmp_path / "no-cgroups")
+    assert jobs.assign(GPUS, 0.0) == {
+        0: JobInfo("1234", "alice", account="physics", partition="gpu"),
+        1: JobInfo("1235", "bob", partition="debug"),
+        2: JobInfo("1236", "carol"),
+        3: JobInfo("1237", None, account="chem"),
+    }
+
+
+# Where Slurm puts job cgroups (Slurm's cgroup docs; v1 as Slurm 22.05 made them under a real slurmd).
+CGROUP_LAYOUTS = {
+    "v2": "system.slice/slurmstepd.scope/job_{}",
+    "v2-multiple-slurmd": "system.slice/node7_slurmstepd.scope/job_{}",
+    "v1-freezer-22.05": "freezer/slurm_node7/uid_1000/job_{}",
+    "v1-freezer": "freezer/slurm/uid_1000/job_{}",
+    "v1-cpuset-memory": "cpuset/slurm_node7/uid_0/job_{}",
+}
+OLD = time.time() - 3600  # a file written an hour ago: past the grace given to a new one
+
+
+def with_mapping(tmp_path: Path, jobs: dict[str, str]) -> Path:
+    mapping = tmp_path / "map"
     mapping.mkdir()
-    (cgroups / "system.slice" / "slurmstepd.scope" / "job_500").mkdir(parents=True)
-    (mapping / "GPU-0000").write_text("500 bob\n")
-    (mapping / "GPU-0001").write_text("400 carol\n")  # its epilog never ran: no cgroup any more
+    for gpu, job in jobs.items():
+        (mapping / gpu).write_text(f"{job} bob\n")
+        os.utime(mapping / gpu, (OLD, OLD))
+    return mapping
+
+
+@pytest.mark.parametrize("layout", CGROUP_LAYOUTS.values(), ids=CGROUP_LAYOUTS.keys())
+def test_stale_file_of_a_finished_job_is_ignored(tmp_path: Path, layout: str) -> None:
+    cgroups = tmp_path / "cgroup"
+    (cgroups / layout.format(500) / "step_extern").mkdir(parents=True)  # PrologFlags=Contain: every job has one
+    (cgroups / layout.format(600) / "step_0").mkdir(parents=True)  # a job without Contain's step
+    mapping = with_mapping(tmp_path, {"GPU-0000": "500", "GPU-0001": "400", "GPU-0002": "600", "GPU-0003": "401_3"})
+    jobs = SlurmJobs(mapping, cgroup_root=cgroups)  # 400: its epilog never ran, and its cgroup is gone
+    assert {i: j.job_id for i, j in jobs.assign(GPUS, 0.0).items()} == {0: "500", 2: "600", 3: "401_3"}
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        "elsewhere/job_500/step_extern",  # a layout this rule does not know
+        "system.slice/slurmstepd.scope/job_500/step_0",  # Slurm's tree, but no Contain: idle allocations have none
+        "freezer/slurm_node7/uid_0",  # a tree with no job in it (left from another configuration)
+    ],
+)
+def test_where_cgroups_cannot_tell_every_file_is_trusted(tmp_path: Path, tree: str) -> None:
+    cgroups = tmp_path / "cgroup"
+    (cgroups / tree).mkdir(parents=True)
+    mapping = with_mapping(tmp_path, {"GPU-0000": "500", "GPU-0001": "400"})
     jobs = SlurmJobs(mapping, cgroup_root=cgroups)
-    assert jobs.assign(GPUS, 0.0) == {0: JobInfo("500", "bob")}
+    assert {i: j.job_id for i, j in jobs.assign(GPUS, 0.0).items()} == {0: "500", 1: "400"}
+
+
+def test_a_new_file_is_trusted_before_its_jobs_cgroup_exists(tmp_path: Path) -> None:
+    cgroups = tmp_path / "cgroup"
+    (cgroups / "system.slice/slurmstepd.scope/job_500/step_extern").mkdir(parents=True)
+    mapping = with_mapping(tmp_path, {"GPU-0000": "500"})
+    (mapping / "GPU-0001").write_text("501 bob\n")  # the prolog runs before Slurm makes the job's cgroup
+    now = time.time()
+    assert len(SlurmJobs(mapping, cgroup_root=cgroups, clock=lambda: now).assign(GPUS, now)) == 2
+    later = SlurmJobs(mapping, cgroup_root=cgroups, clock=lambda: now + 120)
+    assert {i: j.job_id for i, j in later.assign(GPUS, now).items()} == {0: "500"}
+
+
+def test_mapping_dir_from_gpuscope_conf_beside_slurm_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "gpuscope.conf").write_text("# the prolog's settings\nmap_dir = /srv/gpu-jobs \npath=/opt/x\n")
+    assert configured_mapping_dir(tmp_path / "slurm.conf") == Path("/srv/gpu-jobs")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))  # as Slurm's commands find slurm.conf
+    assert configured_mapping_dir() == Path("/srv/gpu-jobs")
+    (tmp_path / "gpuscope.conf").write_text("map_dir=\n")
+    assert configured_mapping_dir() == DEFAULT_MAPPING_DIR
 
 
 def fake_process(proc: Path, pid: int, cgroup: str, environ: bytes = b"") -> None:
@@ -71,44 +142,7 @@ def test_mapping_wins_over_processes(tmp_path: Path) -> None:
     assert jobs.assign(GPUS[:2], 0.0) == {0: JobInfo("1", "alice"), 1: JobInfo("2", jobs.job_of_pid(5).user)}  # type: ignore[union-attr]
 
 
-def run_script(name: str, env: dict[str, str], path_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["sh", str(DEPLOY / name)],
-        env={"PATH": f"{path_dir}:/usr/bin:/bin", **env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-
-
-def test_prolog_and_epilog_scripts(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"  # the driver's tool, answering as on a node whose minor numbers are shuffled
-    smi.write_text("#!/bin/sh\nprintf '0, GPU-0001\\n1, GPU-0000\\n2, GPU-0002\\n3, GPU-0003\\n'\n")
-    smi.chmod(0o755)
-    mapping = tmp_path / "map"
-    env = {
-        "GPUSCOPE_SLURM_MAP_DIR": str(mapping),
-        "SLURM_JOB_ID": "4321",
-        "SLURM_JOB_USER": "dana",
-        "SLURM_JOB_GPUS": "0,1",
-    }
-    result = run_script("prolog.sh", env, bin_dir)
-    assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in mapping.iterdir()) == ["GPU-0000", "GPU-0001"]
-    jobs = SlurmJobs(mapping, cgroup_root=tmp_path / "no-cgroups")
-    assert jobs.assign(GPUS, 0.0) == {0: JobInfo("4321", "dana"), 1: JobInfo("4321", "dana")}
-
-    (mapping / "GPU-0003").write_text("5555 erin\n")  # another job's GPU
-    assert run_script("epilog.sh", {**env, "SLURM_JOB_ID": "4321"}, bin_dir).returncode == 0
-    assert [p.name for p in mapping.iterdir()] == ["GPU-0003"], "only this job's files go"
-
-
-def test_prolog_refuses_to_run_outside_slurm(tmp_path: Path) -> None:
-    result = run_script("prolog.sh", {"GPUSCOPE_SLURM_MAP_DIR": str(tmp_path)}, tmp_path)
-    assert result.returncode != 0 and "SLURM_JOB_ID is not set" in result.stderr
+# The scripts themselves: tests/slurm/test_prolog_script.py, and under a real slurmd tests/slurm/.
 
 
 def test_shellcheck_passes_on_the_slurm_scripts() -> None:
