@@ -23,7 +23,14 @@ from gpuscope.core.severity import SEVERITY_COLOURS, UNKNOWN_COLOUR
 
 log = logging.getLogger(__name__)
 
-NAV = (("/", "Overview"), ("/heatmap", "Heatmap"), ("/power", "Power"), ("/jobs", "Jobs"), ("/alerts", "Alerts"))
+NAV = (
+    ("/", "Overview"),
+    ("/heatmap", "Heatmap"),
+    ("/power", "Power"),
+    ("/jobs", "Jobs"),
+    ("/health", "Health"),
+    ("/alerts", "Alerts"),
+)
 
 
 # Mantine's CSS variables: each has a value in the light and in the dark scheme.

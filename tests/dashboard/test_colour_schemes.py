@@ -23,6 +23,7 @@ PAGES = {  # screenshot name: path
     "jobs": "/jobs",
     "job": "/jobs/train-7",
     "node": "/node/gpu-a02?gpu=2",
+    "health": "/health",
     "alerts": "/alerts",
     "search": "/search?q=gpu-b",
 }

@@ -1,0 +1,289 @@
+"""Fleet health (/health?state=drained&range=24h): how many nodes are in each state, each count a link that
+filters the list by it; the nodes not healthy (or in the chosen state, or held) with since when and why,
+who holds them, their GPUs' verdicts and the evidence of their current episode; then the audit trail over
+the range: every transition, and every scheduler action done or only planned (dry run). The health loop
+(health/loop.py) writes it; this page reads it through the query layer (collector/query/fleet_health.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import dash_mantine_components as dmc
+from dash import Dash, Input, Output, State, dcc, html, no_update
+from psycopg_pool import ConnectionPool
+
+from gpuscope.collector import query
+from gpuscope.dashboard import html_table, time_ranges
+from gpuscope.dashboard.components import ago, banner, guarded, node_href, nothing, query_params, query_string
+from gpuscope.dashboard.context import Context
+from gpuscope.dashboard.html_table import element, escape, link, span
+from gpuscope.health.xid_catalog import ACTIONS
+
+TITLE = "Health"
+NOT_HEALTHY, HELD = "", "held"  # the default filter: every node not healthy; and the nodes an operator holds
+MEANINGS = {  # each filter, as its card says on hover
+    NOT_HEALTHY: "every node that is not healthy",
+    "healthy": "no finding against it, or its last episode is over",
+    "suspect": "a finding to watch: no action yet",
+    "unhealthy": "to be taken out: a drain is requested, or refused (its reason says why)",
+    "drained": "out of service in the scheduler",
+    "validating": "quiet long enough: checks run before it returns to service",
+    HELD: "held by an operator: gpuscope neither drains nor resumes it",
+}
+DEFAULT_RANGE = "24h"
+SHOWN_MAX = 500  # rows per table (the least healthy nodes, the newest entries): more is a narrower view away
+EVIDENCE_INLINE = 5  # a node's newest findings shown at once; the older ones fold away
+
+
+@dataclass(frozen=True)
+class HealthView:
+    """What the page shows, as its URL says it."""
+
+    state: str  # a state, HELD, or NOT_HEALTHY
+    range_key: str  # the audit trail's range
+
+    @classmethod
+    def from_search(cls, search: str | None) -> HealthView:
+        params = query_params(search)
+        state, range_key = params.get("state", NOT_HEALTHY), params.get("range", DEFAULT_RANGE)
+        return cls(
+            state if state in MEANINGS else NOT_HEALTHY, range_key if time_ranges.valid(range_key) else DEFAULT_RANGE
+        )
+
+    def href(self) -> str:
+        return "/health" + query_string({"state": self.state, "range": self.range_key})
+
+
+@dataclass(frozen=True)
+class HealthData:
+    counts: query.HealthCounts
+    nodes: list[query.NodeHealth]
+    transitions: list[query.TransitionRow]
+    actions: list[query.ActionRow]
+
+
+def load(pool: ConnectionPool[Any], view: HealthView) -> HealthData:
+    window = time_ranges.parse(view.range_key)
+    with pool.connection() as conn:
+        counts = query.health_counts(conn)
+        if view.state == HELD:
+            nodes = [n for n in query.health_nodes(conn) if n.held_by]
+        else:
+            nodes = query.health_nodes(conn, state=view.state or None, with_healthy=view.state == "healthy")
+        transitions = query.health_transitions(conn, window, limit=SHOWN_MAX + 1)
+        actions = query.health_actions(conn, window, limit=SHOWN_MAX + 1)
+    return HealthData(counts, nodes, transitions, actions)
+
+
+def match(pathname: str) -> dict[str, str] | None:
+    return {} if pathname == "/health" else None
+
+
+def layout(ctx: Context, search: str, **_: str) -> html.Div:
+    view = HealthView.from_search(search)
+    return html.Div(
+        [
+            html.H2("Fleet health"),
+            html.Div(id="health-status"),
+            html.Div(id="health-counts", className="output"),
+            html.Div(id="health-nodes", className="output"),
+            html.H3("Audit trail"),
+            time_ranges.picker("health-range", view.range_key),
+            html.H4("Transitions"),
+            html.Div(id="health-transitions", className="output"),
+            html.H4("Scheduler actions"),
+            html.Div(id="health-actions", className="output"),
+        ]
+    )
+
+
+def register(app: Dash, ctx: Context) -> None:
+    time_ranges.register(app, "health-range")
+
+    def unreachable(message: str) -> tuple[Any, ...]:
+        return banner(message, "error"), nothing(), nothing(), nothing(), nothing()
+
+    @app.callback(
+        Output("health-status", "children"),
+        Output("health-counts", "children"),
+        Output("health-nodes", "children"),
+        Output("health-transitions", "children"),
+        Output("health-actions", "children"),
+        Input("refresh", "n_intervals"),
+        Input("url", "search"),
+    )
+    @guarded(unreachable)
+    def refresh(_: int | None, search: str | None) -> tuple[Any, ...]:
+        view = HealthView.from_search(search)
+        loaded = load(ctx.pool, view)
+        return (
+            status(loaded.counts),
+            headline(loaded.counts, view),
+            nodes_part(loaded.nodes, loaded.counts, view),
+            transitions_part(loaded.transitions),
+            actions_part(loaded.actions),
+        )
+
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("health-range", "value"),
+        State("url", "search"),
+        prevent_initial_call=True,
+    )
+    def share(range_key: str, search: str | None) -> Any:
+        now = HealthView.from_search(search)
+        wanted = replace(now, range_key=range_key)
+        return no_update if wanted == now else wanted.href().removeprefix("/health")
+
+
+def status(counts: query.HealthCounts) -> Any:
+    """What an empty page means: no node known, or a health loop that has recorded nothing (yet)."""
+    loop = "No health data yet: the health loop runs in the collector"
+    if counts.nodes == 0:
+        return banner(f"{loop}, over the nodes exporters report; none has reported.", "empty")
+    if not counts.recorded:
+        return banner(f"{loop} and has recorded nothing: all {counts.nodes} nodes count as healthy.", "empty")
+    return []
+
+
+def headline(counts: query.HealthCounts, view: HealthView) -> html.Div:
+    """A card per state with its count (and the nodes not healthy, and those held), each a link to the list
+    filtered by it."""
+    numbers = {NOT_HEALTHY: counts.nodes - counts.states["healthy"], **counts.states, HELD: counts.held}
+    cards = []
+    for key, meaning in MEANINGS.items():
+        name = key or "troubled"
+        body = [
+            html.Div({NOT_HEALTHY: "not healthy"}.get(key, key), className="card-label"),
+            html.Div(str(numbers[key]), className="card-value", id=f"health-{name}-value"),
+        ]
+        chosen = " health-card-chosen" if key == view.state else ""
+        target = replace(view, state=key).href()
+        cards.append(
+            dmc.Paper(
+                dcc.Link(body, href=target, title=meaning, className="card-link"),
+                id=f"health-{name}",
+                className=f"card health-card health-card-{name}{chosen}",
+                withBorder=True,
+                radius="md",
+            )
+        )
+    return html.Div(cards, className="cards")
+
+
+def nodes_part(nodes: list[query.NodeHealth], counts: query.HealthCounts, view: HealthView) -> list[Any]:
+    title = {NOT_HEALTHY: "Nodes not healthy", HELD: "Nodes held by an operator"}.get(view.state, f"Nodes {view.state}")
+    if not nodes:
+        if counts.nodes == 0:
+            return [html.H3(title), nothing()]
+        empty = {NOT_HEALTHY: f"All {counts.nodes} nodes healthy.", HELD: "No node is held by an operator."}
+        return [html.H3(title), banner(empty.get(view.state, f"No node is {view.state}."), "empty")]
+    more = f" (the first {SHOWN_MAX} of {len(nodes)})" if len(nodes) > SHOWN_MAX else ""
+    several = len({n.cluster for n in nodes}) > 1
+    header = ["node", *(["cluster"] if several else []), "state", "since", "reason", "held by", "GPUs"]
+    header.append("evidence this episode, newest first (UTC)")
+    rows = [
+        [
+            link(n.node, node_href(n.node)),
+            *([escape(n.cluster)] if several else []),
+            state_badge(n.state),
+            moment(n.since) if n.since else span("never judged", className="muted"),
+            escape(n.reason) if n.reason else span("-", className="muted"),
+            escape(n.held_by or ""),
+            gpu_verdicts(n.gpus),
+            evidence(n.evidence),
+        ]
+        for n in nodes[:SHOWN_MAX]
+    ]
+    numeric = [False] * len(header)
+    table = html_table.table([escape(h) for h in header], rows, id="health-nodes-table", numeric=numeric)
+    return [html.H3(title + more), table]
+
+
+def state_badge(state: str) -> str:
+    return span(state, className=f"state-badge state-{state}")
+
+
+def moment(at: datetime, words: str | None = None) -> str:
+    """Since when, as an operator reads it ("3 h ago"), with the moment in UTC on hover."""
+    return span(words or ago(at), title=f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC", className="one-line")
+
+
+def gpu_verdicts(gpus: list[query.GpuVerdict]) -> str:
+    if not gpus:
+        return span("no GPU known", className="muted")
+    marked = [g for g in gpus if g.state != "healthy"]
+    parts = [span(f"GPU {g.gpu} {g.state}", title=g.uuid, className=f"state-badge state-{g.state}") for g in marked]
+    fine = [g for g in gpus if g.state == "healthy"]
+    if fine:
+        words = f"{len(fine)} healthy" if marked else f"all {len(fine)} healthy"
+        parts.append(span(words, title=", ".join(f"GPU {g.gpu}" for g in fine), className="muted"))
+    return element("span", "".join(parts), className="gpu-verdicts")
+
+
+def evidence(rows: list[query.EvidenceRow]) -> str:
+    if not rows:
+        return span("-", title="no finding since its last return to healthy", className="muted")
+
+    def line(e: query.EvidenceRow) -> str:
+        cells = [
+            span(f"{e.at.astimezone(UTC):%m-%d %H:%M:%S}", title=ago(e.at), className="one-line"),
+            span(e.severity, className=f"state-badge state-{e.severity}"),
+            span(e.detail, title=e.kind + ("" if e.code is None else f" {e.code}")),
+            span(e.action, title=ACTIONS.get(e.action, "the rule's recommended action"), className="evidence-action"),
+        ]
+        return element("tr", "".join(element("td", cell) for cell in cells))
+
+    shown = element("table", "".join(line(e) for e in rows[:EVIDENCE_INLINE]), className="evidence")
+    if len(rows) <= EVIDENCE_INLINE:
+        return shown
+    older = element("table", "".join(line(e) for e in rows[EVIDENCE_INLINE:]), className="evidence")
+    return shown + element("details", element("summary", f"{len(rows) - EVIDENCE_INLINE} older") + older)
+
+
+def transitions_part(rows: list[query.TransitionRow]) -> Any:
+    if not rows:
+        return banner("No transition in this range.", "empty")
+    header = ["at (UTC)", "node", "from", "", "to", "by", "reason"]
+    body = [
+        [
+            moment(t.at, f"{t.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"),
+            link(t.node, node_href(t.node)),
+            state_badge(t.from_state),
+            "→",
+            state_badge(t.to_state),
+            escape(t.actor),
+            escape(t.reason),
+        ]
+        for t in rows[:SHOWN_MAX]
+    ]
+    return [_clipped(len(rows)), html_table.table(header, body, id="health-transitions-table", numeric=[False] * 7)]
+
+
+def actions_part(rows: list[query.ActionRow]) -> Any:
+    if not rows:
+        return banner("No scheduler action in this range: drains, resumes, validations, refusals and holds.", "empty")
+    header = ["at (UTC)", "node", "action", "scheduler", "mode", "outcome", "detail"]
+    outcomes = {True: span("ok", className="outcome-ok"), False: span("failed", className="outcome-failed")}
+    body = [
+        [
+            moment(a.at, f"{a.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"),
+            link(a.node, node_href(a.node)),
+            escape(a.action),
+            escape(a.scheduler),
+            "dry run" if a.dry_run else "live",
+            outcomes[a.ok] if a.ok is not None else span("not run", className="muted"),
+            escape(a.detail),
+        ]
+        for a in rows[:SHOWN_MAX]
+    ]
+    return [_clipped(len(rows)), html_table.table(header, body, id="health-actions-table", numeric=[False] * 7)]
+
+
+def _clipped(found: int) -> Any:
+    """Says so when a table shows only the newest SHOWN_MAX rows."""
+    if found <= SHOWN_MAX:
+        return nothing()
+    return html.Div(f"The newest {SHOWN_MAX}: narrow the range for the rest.", className="muted")
