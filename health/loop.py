@@ -34,9 +34,9 @@ from gpuscope.health.validate import run_validation
 log = logging.getLogger(__name__)
 
 LOOKBACK = timedelta(minutes=15)  # evidence looked for at a (re)start: what happened while no one led
-# Pushes arrive late (an exporter sends every 10-60 s): each cycle judges up to LAG before now, and reads
-# again OVERLAP before its last window's end. A finding re-read is the same row (the store's key), not news.
-LAG = timedelta(seconds=30)
+# Pushes arrive late (an exporter sends every 10-60 s): each cycle judges up to the policy's lag_s before
+# now, and reads again OVERLAP before its last window's end. A finding re-read is the same row (the
+# store's key), not news.
 OVERLAP = timedelta(seconds=60)
 HELD_BY_SCHEDULER = "scheduler: "  # a hold gpuscope inferred from the scheduler, lifted by it too
 LOCK_KEY = 0x67706865616C7468  # "gphealth": the one active health loop across collector replicas
@@ -79,7 +79,7 @@ class HealthLoop:
     async def cycle(self, conn: AsyncConnection[Any], now: datetime | None = None) -> CycleReport:
         now = now or datetime.now(UTC)
         report = CycleReport()
-        until = now - LAG
+        until = now - timedelta(seconds=self.policy.lag_s)
         since = self._watermark - OVERLAP if self._watermark else now - LOOKBACK
         new = await store.record_evidence(conn, await find_evidence(conn, since, until))
         self._watermark = until

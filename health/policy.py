@@ -42,6 +42,7 @@ class HealthPolicy:
     validate_timeout_s: float = 900.0
     scontrol: str = "scontrol"  # the Slurm client to run (its path, where not on PATH)
     every_s: float = 30.0  # one health cycle this often
+    lag_s: float = 30.0  # judge telemetry this old and older: pushes arrive late (exporters push every 10-60 s)
 
     def drain_limit(self, nodes: int) -> int:
         return min(self.max_drained, math.floor(self.max_drained_share * nodes + 1e-9))

@@ -1,0 +1,169 @@
+"""Fleet health end to end with a real Slurm: the exporter's NVML (the fake library) raises XID 79 on GPU 3,
+the exporter's sampler and events reach a real collector, the health loop drains the node in the real
+slurmctld with gpuscope's reason, validates it once quiet (the site's command, run for real) and resumes
+it. With the policy's limit reached it drains nothing and says why, and a node an operator resumed by
+hand is not drained again for the same evidence."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from gpuscope.core.embedded_pg import EmbeddedPostgres
+from gpuscope.exporter.events import EventTracker
+from gpuscope.exporter.sampler import Sampler
+from gpuscope.exporter.sources.nvml import NvmlSource
+from gpuscope.exporter.testing.fake_nvml import h100_node, make_fake_pynvml
+from gpuscope.exporter.wire import Origin
+from tests.collector.helpers import push_binary
+from tests.conftest import new_database
+from tests.processes import RunningCollector, running_collector
+from tests.slurm.cluster import SlurmCluster
+from tests.slurm.conftest import ClusterFactory
+
+PUSH_EVERY_S = 0.5
+
+
+class Exporter:
+    """The exporter's parts on the Slurm node: fake NVML with XID events, the sampler, events, pushes."""
+
+    def __init__(self, node: str, collector: RunningCollector) -> None:
+        self.gpus = h100_node(4)
+        self.nvml = make_fake_pynvml(self.gpus)
+        self.source = NvmlSource(self.nvml)
+        self.sampler = Sampler(self.source, interval=PUSH_EVERY_S)
+        self.events = EventTracker()
+        self.origin = Origin("c", "r1", node, "nvml", str(uuid.uuid4()))
+        self.collector = collector
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._push, daemon=True)
+        self.thread.start()
+
+    def _push(self) -> None:
+        seq = 0
+        while not self.stop.wait(PUSH_EVERY_S):
+            snapshot = self.sampler.sample_once(time.time())
+            seq += 1
+            push_binary(self.collector, self.origin, seq, [snapshot], self.events.observe(snapshot))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.source.close()
+
+
+def policy(cluster: SlurmCluster, folder: Path, **changes: Any) -> Path:
+    settings = {
+        "scheduler": "slurm", "dry_run": False, "scontrol": shutil.which("scontrol"),
+        "max_drained": 1, "max_drained_share": 1.0, "every_s": 1, "lag_s": 1, "quiet_s": 8,
+        "validate_command": ["sh", "-c", f"test {{node}} = {cluster.node} && echo all GPUs pass"],
+        **changes,
+    }  # fmt: skip
+    path = folder / "health.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+@pytest.fixture
+def stack(
+    slurm_cluster_factory: ClusterFactory, postgres: EmbeddedPostgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Any]:
+    cluster = slurm_cluster_factory()
+    monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])  # the collector's scontrol finds this cluster
+
+    def start(**changes: Any) -> tuple[RunningCollector, Exporter]:
+        collector = stack_collector.enter_context(
+            running_collector(new_database(postgres), health=True, health_policy=policy(cluster, tmp_path, **changes))
+        )
+        exporter = Exporter(cluster.node, collector)
+        stack_exporters.append(exporter)
+        return collector, exporter
+
+    stack_exporters: list[Exporter] = []
+    with contextlib.ExitStack() as stack_collector:
+        yield cluster, start
+        for exporter in stack_exporters:
+            exporter.close()
+
+
+def health(collector: RunningCollector, node: str) -> dict[str, Any]:
+    """The node as the health API has it ({} until its exporter's first push)."""
+    nodes = httpx.get(f"{collector.url}/api/v1/health/nodes", timeout=10).json()
+    return next((n for n in nodes if n["node"] == node), {})
+
+
+def wait(check: Any, what: str, timeout: float = 45.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_an_xid_79_drains_the_node_in_slurm_and_it_returns_after_validation(stack: Any) -> None:
+    cluster, start = stack
+    collector, exporter = start()
+    job = cluster.sbatch("--gres=gpu:2", "--output=/dev/null", "--wrap", "sleep 300")
+    cluster.wait_for_job(job, "RUNNING")
+    wait(lambda: health(collector, cluster.node), "the node to be known")
+    exporter.nvml.raise_xid(exporter.gpus[3], 79)
+
+    info = wait(lambda: (i := cluster.node_info()) and "DRAIN" in i["State"] and i, "Slurm to drain the node")
+    assert info["Reason"].startswith("gpuscope: XID 79 (GPU has fallen off the bus) on GPU 3"), info["Reason"]
+    assert cluster.job_info(job)["JobState"] == "RUNNING", "a drain lets running jobs finish"
+    drained = health(collector, cluster.node)
+    assert drained["state"] == "drained"
+    assert [g["state"] for g in drained["gpus"]] == ["healthy", "healthy", "healthy", "unhealthy"]
+
+    # Quiet for quiet_s, every GPU reporting up: validated by the site's command, then resumed in Slurm.
+    wait(lambda: health(collector, cluster.node).get("state") == "healthy", "the node's return", timeout=60)
+    wait(lambda: "DRAIN" not in cluster.node_info()["State"], "Slurm to resume the node")
+    span = {"minutes": 10}
+    moves = httpx.get(f"{collector.url}/api/v1/health/transitions", params=span, timeout=10).json()
+    assert [(m["from"], m["to"]) for m in reversed(moves)] == [
+        ("healthy", "unhealthy"), ("unhealthy", "drained"), ("drained", "validating"), ("validating", "healthy"),
+    ]  # fmt: skip
+    actions = httpx.get(f"{collector.url}/api/v1/health/actions", params=span, timeout=10).json()
+    assert [(a["action"], a["ok"], a["dry_run"]) for a in reversed(actions)] == [
+        ("drain", True, False), ("validate", True, False), ("resume", True, False),
+    ]  # fmt: skip
+    assert "all GPUs pass" in actions[1]["detail"]
+
+
+def test_with_the_limit_reached_nothing_is_drained_and_the_node_says_why(stack: Any) -> None:
+    cluster, start = stack
+    collector, exporter = start(max_drained=0)
+    wait(lambda: health(collector, cluster.node), "the node to be known")
+    exporter.nvml.raise_xid(exporter.gpus[1], 79)
+    sick = wait(lambda: (n := health(collector, cluster.node)).get("state") == "unhealthy" and n, "the verdict")
+    assert sick["reason"].startswith("drain refused: 0 node(s) already out of service by gpuscope, the policy allows 0")
+    time.sleep(2)  # a few more cycles: still nothing
+    assert "DRAIN" not in cluster.node_info()["State"]
+    actions = httpx.get(f"{collector.url}/api/v1/health/actions", params={"minutes": 10}, timeout=10).json()
+    assert [a["action"] for a in actions] == ["refused"]
+
+
+def test_a_node_resumed_by_an_operator_stays_in_service(stack: Any) -> None:
+    cluster, start = stack
+    collector, exporter = start(quiet_s=600)
+    wait(lambda: health(collector, cluster.node), "the node to be known")
+    exporter.nvml.raise_xid(exporter.gpus[0], 79)
+    wait(lambda: "DRAIN" in cluster.node_info()["State"], "Slurm to drain the node")
+    cluster.scontrol("update", f"nodename={cluster.node}", "state=resume")
+    back = wait(lambda: (n := health(collector, cluster.node)).get("state") == "healthy" and n, "gpuscope to see it")
+    moves = httpx.get(f"{collector.url}/api/v1/health/transitions", params={"minutes": 10}, timeout=10).json()
+    assert (moves[0]["to"], moves[0]["actor"]) == ("healthy", "human") and "by an operator" in moves[0]["reason"]
+    time.sleep(3)  # more cycles over the same evidence
+    assert "DRAIN" not in cluster.node_info()["State"] and back["state"] == "healthy"
