@@ -20,7 +20,8 @@ from psycopg import AsyncConnection
 
 from gpuscope.health.model import Evidence, Severity
 from gpuscope.health.rules.config import EvidenceConfig
-from gpuscope.health.rules.crossing import Occurrence, crossings
+from gpuscope.health.rules.crossing import Crossing, Occurrence
+from gpuscope.health.rules.gpu_crossings import gpu_crossings
 from gpuscope.health.rules.gpu_steps import GpuStep
 from gpuscope.health.rules.places import GpuPlace
 
@@ -75,26 +76,10 @@ async def nvlink_evidence(
         history[gpu_id].append(Occurrence(at, int(flaps)))
     thresholds = [(config.nvlink_suspect, Severity.SUSPECT), (config.nvlink_unhealthy, Severity.UNHEALTHY)]
     hours = config.nvlink_window.total_seconds() / 3600
-    found = []
-    for gpu_id, occurrences in history.items():
-        place = places.get(gpu_id)
-        if place is None:  # not in the inventory: nothing to name it by
-            continue
-        for crossing in crossings(occurrences, config.nvlink_window, thresholds, since):
-            detail = (
-                f"NVLink flapping on GPU {place.gpu_index}: {crossing.total} link recoveries or CRC bursts"
-                f" in {hours:g} h"
-            )
-            found.append(
-                Evidence(
-                    at=crossing.at,
-                    node_id=place.node_id,
-                    gpu_id=gpu_id,
-                    kind=KIND,
-                    severity=crossing.severity,
-                    detail=detail,
-                    action=ACTION,
-                    gpu_index=place.gpu_index,
-                )
-            )
-    return found
+
+    def words(_: int, place: GpuPlace, crossing: Crossing) -> str:
+        return (
+            f"NVLink flapping on GPU {place.gpu_index}: {crossing.total} link recoveries or CRC bursts in {hours:g} h"
+        )
+
+    return gpu_crossings(history, places, config.nvlink_window, thresholds, since, KIND, ACTION, words)

@@ -21,7 +21,8 @@ from psycopg import AsyncConnection
 from gpuscope.exporter.clock_events import REASONS
 from gpuscope.health.model import Evidence, Severity
 from gpuscope.health.rules.config import EvidenceConfig
-from gpuscope.health.rules.crossing import Occurrence, crossings
+from gpuscope.health.rules.crossing import Crossing, Occurrence
+from gpuscope.health.rules.gpu_crossings import gpu_crossings
 from gpuscope.health.rules.gpu_steps import GpuStep
 from gpuscope.health.rules.places import GpuPlace
 
@@ -64,29 +65,14 @@ async def thermal_evidence(
         reasons_seen[gpu_id] |= reasons & config.thermal_reasons
     thresholds = [(config.thermal_samples, Severity.SUSPECT)]
     minutes = config.thermal_window.total_seconds() / 60
-    found = []
-    for gpu_id, occurrences in history.items():
-        place = places.get(gpu_id)
-        if place is None:  # not in the inventory: nothing to name it by
-            continue
-        for crossing in crossings(occurrences, config.thermal_window, thresholds, since):
-            detail = (
-                f"GPU {place.gpu_index} slowed ({reason_names(reasons_seen[gpu_id])}) in {crossing.total} samples"
-                f" of {minutes:g} min while under {config.thermal_power_fraction:.0%} of its power limit"
-            )
-            found.append(
-                Evidence(
-                    at=crossing.at,
-                    node_id=place.node_id,
-                    gpu_id=gpu_id,
-                    kind=KIND,
-                    severity=crossing.severity,
-                    detail=detail,
-                    action=ACTION,
-                    gpu_index=place.gpu_index,
-                )
-            )
-    return found
+
+    def words(gpu_id: int, place: GpuPlace, crossing: Crossing) -> str:
+        return (
+            f"GPU {place.gpu_index} slowed ({reason_names(reasons_seen[gpu_id])}) in {crossing.total} samples"
+            f" of {minutes:g} min while under {config.thermal_power_fraction:.0%} of its power limit"
+        )
+
+    return gpu_crossings(history, places, config.thermal_window, thresholds, since, KIND, ACTION, words)
 
 
 def reason_names(bits: int) -> str:
