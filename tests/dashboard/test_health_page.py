@@ -25,7 +25,6 @@ from tests.dashboard.helpers import running_dashboard, serving
 from tests.dashboard.test_colour_schemes import LOOK_JS, check_legible, switch_to
 
 HOSTILE = "<img src=x onerror=window.pwned=1>{window.pwned=2}"
-NOW = datetime.now(UTC)
 HEALTHY = ("node-01", "node-02", "node-03", "node-04", "node-12")  # node-12 held by an operator
 TROUBLED = ["node-21", "node-17", "node-09", HOSTILE, "node-05"]  # least healthy first, then the newest
 XID_79 = "XID 79 (GPU has fallen off the bus) on GPU 3"
@@ -39,8 +38,14 @@ class Site:
     dsn: str
 
 
+class Seeded:
+    """When the fleet was written (by the fixture, not at import: a long suite collects minutes earlier)."""
+
+    at = datetime.now(UTC)
+
+
 def ago(**delta: float) -> datetime:
-    return NOW - timedelta(**delta)
+    return Seeded.at - timedelta(**delta)
 
 
 def add_node(conn: psycopg.Connection[Any], name: str, gpus: int = 8) -> int:
@@ -175,6 +180,7 @@ def site(postgres: EmbeddedPostgres) -> Iterator[Site]:
     require_tool("chromium")
     require_tool("chromedriver")
     dsn = new_database(postgres)
+    Seeded.at = datetime.now(UTC)
     load_fleet(dsn)
     with running_dashboard(DashboardSettings(db=dsn, listen="127.0.0.1:0", refresh_ms=60_000)) as url:
         yield Site(url, dsn)

@@ -55,6 +55,11 @@ ROUTES = [
     ("GET", "/api/v1/silences"),
     ("POST", "/api/v1/silences"),
     ("DELETE", "/api/v1/silences/{silence_id}"),
+    ("GET", "/api/v1/health/nodes"),
+    ("GET", "/api/v1/health/transitions"),
+    ("GET", "/api/v1/health/actions"),
+    ("PUT", "/api/v1/health/nodes/{cluster}/{node}/hold"),
+    ("DELETE", "/api/v1/health/nodes/{cluster}/{node}/hold"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
 ]
