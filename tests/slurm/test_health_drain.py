@@ -65,7 +65,7 @@ class Exporter:
 def policy(cluster: SlurmCluster, folder: Path, **changes: Any) -> Path:
     settings = {
         "scheduler": "slurm", "dry_run": False, "scontrol": shutil.which("scontrol"),
-        "max_drained": 1, "max_drained_share": 1.0, "every_s": 1, "lag_s": 1, "quiet_s": 8,
+        "max_drained": 1, "max_drained_share": 1.0, "every_s": 0.5, "lag_s": 1, "quiet_s": 4,
         "validate_command": ["sh", "-c", f"test {{node}} = {cluster.node} && echo all GPUs pass"],
         **changes,
     }  # fmt: skip
@@ -149,7 +149,7 @@ def test_with_the_limit_reached_nothing_is_drained_and_the_node_says_why(stack: 
     exporter.nvml.raise_xid(exporter.gpus[1], 79)
     sick = wait(lambda: (n := health(collector, cluster.node)).get("state") == "unhealthy" and n, "the verdict")
     assert sick["reason"].startswith("drain refused: 0 node(s) already out of service by gpuscope, the policy allows 0")
-    time.sleep(2)  # a few more cycles: still nothing
+    time.sleep(1.5)  # a few more cycles: still nothing
     assert "DRAIN" not in cluster.node_info()["State"]
     actions = httpx.get(f"{collector.url}/api/v1/health/actions", params={"minutes": 10}, timeout=10).json()
     assert [a["action"] for a in actions] == ["refused"]
@@ -165,5 +165,5 @@ def test_a_node_resumed_by_an_operator_stays_in_service(stack: Any) -> None:
     back = wait(lambda: (n := health(collector, cluster.node)).get("state") == "healthy" and n, "gpuscope to see it")
     moves = httpx.get(f"{collector.url}/api/v1/health/transitions", params={"minutes": 10}, timeout=10).json()
     assert (moves[0]["to"], moves[0]["actor"]) == ("healthy", "human") and "by an operator" in moves[0]["reason"]
-    time.sleep(3)  # more cycles over the same evidence
+    time.sleep(1.5)  # more cycles over the same evidence
     assert "DRAIN" not in cluster.node_info()["State"] and back["state"] == "healthy"
