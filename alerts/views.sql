@@ -119,12 +119,14 @@ LEFT JOIN public.gpu g ON g.gpu_id = e.gpu_id;
 
 -- GPU-to-job allocations; running = not ended. On Kubernetes also the namespace, pod and container that held
 -- the GPU and the workload that makes its pods one job (NULL for batch-scheduler jobs). A MIG device held:
--- its UUID, GPU instance and profile, beside its parent GPU (NULL: the whole GPU).
+-- its UUID, GPU instance and profile, beside its parent GPU (NULL: the whole GPU). On Slurm, the job's account and
+-- partition (NULL elsewhere).
 CREATE VIEW alerting.job_gpus AS
 SELECT a.job_id, a.username AS "user", n.cluster, n.rack, n.name AS node, g.gpu_index AS gpu, g.uuid,
        a.gpu_id, a.node_id, a.started_at, a.last_seen, a.ended_at, a.ended_at IS NULL AS running,
        a.namespace, a.pod, a.container, a.workload,
-       m.uuid AS mig_uuid, m.gpu_instance_id, m.profile AS mig_profile
+       m.uuid AS mig_uuid, m.gpu_instance_id, m.profile AS mig_profile,
+       a.account, a.partition
 FROM public.job_allocation a
 JOIN public.node n USING (node_id)
 JOIN public.gpu g ON g.gpu_id = a.gpu_id

@@ -186,7 +186,7 @@ def _pad(parts: list[bytes]) -> None:
 
 def _job(job: JobInfo) -> dict[str, object]:
     out: dict[str, object] = {"id": job.job_id, "user": job.user}
-    for key in ("namespace", "pod", "container", "workload"):  # Kubernetes only
+    for key in ("namespace", "pod", "container", "workload", "account", "partition"):  # Kubernetes; Slurm
         if getattr(job, key) is not None:
             out[key] = getattr(job, key)
     return out

@@ -44,6 +44,9 @@ class JobOut(BaseModel):
     workload: str | None = None
     pods: list[str] | None = None
     mig_devices: int = 0  # MIG devices it held (0: whole GPUs only)
+    # Slurm: the job's account and partition, from the prolog's file (deploy/slurm); null elsewhere
+    account: str | None = None
+    partition: str | None = None
 
 
 class MigOut(BaseModel):
@@ -118,6 +121,8 @@ def _job_out(job: query.JobRow) -> JobOut:
         workload=job.workload,
         pods=job.pods,
         mig_devices=job.mig_devices,
+        account=job.account,
+        partition=job.partition,
     )
 
 

@@ -260,13 +260,17 @@ def _ports(items: Any) -> tuple[PortInfo, ...]:
 def _jobs(items: Any) -> tuple[JobRef, ...]:
     jobs = []
     for loc, item in _objects(items, "jobs", MAX_DEVICES):
-        k8s = {key: _optional_name(item, key, loc, limit) for key, limit in _KUBERNETES_JOB_FIELDS.items()}
-        jobs.append(JobRef(name(item, "id", loc, MAX_JOB_NAME), _optional_name(item, "user", loc, MAX_NAME), **k8s))
+        extra = {key: _optional_name(item, key, loc, limit) for key, limit in _SCHEDULER_JOB_FIELDS.items()}
+        jobs.append(JobRef(name(item, "id", loc, MAX_JOB_NAME), _optional_name(item, "user", loc, MAX_NAME), **extra))
     return tuple(jobs)
 
 
-# A job's Kubernetes fields (docs/ingest-format.md): the pod holding the GPU, its container and workload.
-_KUBERNETES_JOB_FIELDS = {"namespace": 63, "pod": MAX_JOB_NAME, "container": 63, "workload": MAX_JOB_NAME}
+# A job's scheduler fields (docs/ingest-format.md): on Kubernetes the pod holding the GPU, its container and
+# workload; on Slurm the job's account and partition.
+_SCHEDULER_JOB_FIELDS = {
+    "namespace": 63, "pod": MAX_JOB_NAME, "container": 63, "workload": MAX_JOB_NAME,
+    "account": MAX_NAME, "partition": MAX_NAME,
+}  # fmt: skip
 
 
 def _optional_name(item: dict[str, Any], key: str, loc: Loc, limit: int) -> str | None:

@@ -224,6 +224,9 @@ V1_SCHEMA: dict[str, Any] = {
                     "pod": _name_or_null(MAX_JOB_NAME),
                     "container": _name_or_null(63),
                     "workload": _name_or_null(MAX_JOB_NAME),
+                    # Slurm: the job's account and partition; left out or null elsewhere
+                    "account": _name_or_null(),
+                    "partition": _name_or_null(),
                 },
             },
         },

@@ -50,6 +50,8 @@ class JobRow:
     workload: str | None = None
     pods: list[str] | None = None
     mig_devices: int = 0  # MIG devices among its allocations (their GPUs count in `gpus`)
+    account: str | None = None  # Slurm: the job's account and partition (the prolog's file)
+    partition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,8 @@ SUMMARY_SELECT = (
     " array_agg(DISTINCT n.name ORDER BY n.name), count(DISTINCT a.gpu_id),"
     f" (sum(extract(epoch FROM a.hi - a.started_at) * a.share) / 3600)::float8, {MEANS_SQL},"
     " min(a.namespace), min(a.workload),"
-    " array_remove(array_agg(DISTINCT a.pod ORDER BY a.pod), NULL), count(DISTINCT a.mig_id)"
+    " array_remove(array_agg(DISTINCT a.pod ORDER BY a.pod), NULL), count(DISTINCT a.mig_id),"
+    " min(a.account), min(a.partition)"
     " FROM alloc a JOIN node n USING (node_id) LEFT JOIN per_alloc p USING (allocation_id)"
     " GROUP BY a.job_id ORDER BY bool_or(a.ended_at IS NULL) DESC, max(coalesce(a.ended_at, a.last_seen)) DESC,"
     " a.job_id"
@@ -213,4 +216,6 @@ def _job_row(row: tuple[Any, ...]) -> JobRow:
         workload=row[14],
         pods=row[15] or None,
         mig_devices=row[16],
+        account=row[17],
+        partition=row[18],
     )

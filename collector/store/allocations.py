@@ -39,15 +39,16 @@ _UPDATE_OPEN = (
     " WHERE a.allocation_id = u.id"
 )
 _INSERT_NEW = (
-    "INSERT INTO job_allocation (job_id, username, namespace, pod, container, workload, node_id, gpu_id, mig_id,"
-    "  started_at, last_seen, ended_at)"
-    " SELECT job_id, username, namespace, pod, container, workload, %s, gpu_id, mig_id,"
+    "INSERT INTO job_allocation (job_id, username, namespace, pod, container, workload, account, partition,"
+    "  node_id, gpu_id, mig_id, started_at, last_seen, ended_at)"
+    " SELECT job_id, username, namespace, pod, container, workload, account, partition, %s, gpu_id, mig_id,"
     "  timestamptz 'epoch' + first_us * interval '1 microsecond',"
     "  timestamptz 'epoch' + last_us * interval '1 microsecond',"
     "  CASE WHEN next_us >= 0 THEN timestamptz 'epoch' + next_us * interval '1 microsecond' END"
-    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],"
-    "  %s::bigint[], %s::bigint[], %s::bigint[])"
-    "  AS r(job_id, username, namespace, pod, container, workload, gpu_id, mig_id, first_us, last_us, next_us)"
+    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+    "  %s::int[], %s::int[], %s::bigint[], %s::bigint[], %s::bigint[])"
+    "  AS r(job_id, username, namespace, pod, container, workload, account, partition, gpu_id, mig_id,"
+    "       first_us, last_us, next_us)"
 )
 
 
@@ -191,6 +192,8 @@ async def _record_runs(
                 [j.pod for j in sent],
                 [j.container for j in sent],
                 [j.workload for j in sent],
+                [j.account for j in sent],
+                [j.partition for j in sent],
                 gpu_of[devices].tolist(),
                 [None] * len(sent) if mig_of is None else mig_of[devices].tolist(),
                 runs.first_us[new].tolist(),

@@ -44,6 +44,9 @@ class JobRef:
     pod: str | None = None
     container: str | None = None
     workload: str | None = None
+    # Slurm: the job's account and partition (the prolog's file); None elsewhere
+    account: str | None = None
+    partition: str | None = None
 
 
 @dataclass(frozen=True)

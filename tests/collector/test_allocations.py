@@ -7,6 +7,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import psycopg
 import pytest
 
@@ -129,6 +130,33 @@ def test_bad_kubernetes_fields_are_refused_and_nothing_is_stored(
     collector: RunningCollector, field: str, value: object
 ) -> None:
     bad = batch(1, [{0: JobInfo("ml/x", None, "ml", "x-0", "c", "Pod/x-0")}], str(uuid.uuid4()))
+    bad["jobs"][0][field] = value
+    response = post(collector, bad)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["jobs", 0, field]
+    assert allocations(collector.dsn) == []
+
+
+def test_a_slurm_jobs_account_and_partition_are_stored_and_served(collector: RunningCollector) -> None:
+    """The prolog's account and partition (deploy/slurm) travel with the job to its allocation, the jobs API
+    and the alerting view; a job without them (another scheduler, or none given) has nulls."""
+    physics = JobInfo("4711", "ada", account="physics", partition="gpu")
+    plain = JobInfo("4712", "bob")
+    assert post(collector, batch(1, [{0: physics, 1: plain}] * 2, str(uuid.uuid4()))).status_code == 200
+    with psycopg.connect(collector.dsn) as conn:
+        stored = conn.execute("SELECT job_id, account, partition FROM job_allocation ORDER BY job_id").fetchall()
+        viewed = conn.execute("SELECT job_id, account, partition FROM alerting.job_gpus ORDER BY job_id").fetchall()
+    assert stored == viewed == [("4711", "physics", "gpu"), ("4712", None, None)]
+    jobs = {j["job_id"]: j for j in httpx.get(f"{collector.url}/api/v1/jobs", timeout=10).json()}
+    assert (jobs["4711"]["account"], jobs["4711"]["partition"]) == ("physics", "gpu")
+    assert (jobs["4712"]["account"], jobs["4712"]["partition"]) == (None, None)
+
+
+@pytest.mark.parametrize(("field", "value"), [("account", "a" * 200), ("partition", "p\n"), ("account", 3)])
+def test_bad_slurm_fields_are_refused_and_nothing_is_stored(
+    collector: RunningCollector, field: str, value: object
+) -> None:
+    bad = batch(1, [{0: JobInfo("4711", "ada", account="physics", partition="gpu")}], str(uuid.uuid4()))
     bad["jobs"][0][field] = value
     response = post(collector, bad)
     assert response.status_code == 422, response.text
