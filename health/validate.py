@@ -3,8 +3,7 @@ the policy's validate_command with "{node}" replaced, run without a shell, withi
 
 from __future__ import annotations
 
-import asyncio
-
+from gpuscope.health.commands import run_command
 from gpuscope.health.policy import HealthPolicy
 from gpuscope.health.schedulers.base import Outcome
 
@@ -16,18 +15,9 @@ async def run_validation(policy: HealthPolicy, node: str) -> Outcome:
         return Outcome(True, "checks passed; no validation command configured")
     argv = [part.replace("{node}", node) for part in policy.validate_command]
     shown = " ".join(argv)
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-        )
-    except OSError as exc:
-        return Outcome(False, f"{shown}: cannot run: {exc.strerror or exc}")
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), policy.validate_timeout_s)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return Outcome(False, f"{shown}: no result in {policy.validate_timeout_s:.0f} s")
-    tail = out.decode(errors="replace").strip()[-OUTPUT_TAIL:]
-    verdict = "passed" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
-    return Outcome(proc.returncode == 0, f"{shown}: {verdict}" + (f": {tail}" if tail else ""))
+    ran = await run_command(argv, policy.validate_timeout_s)
+    if ran.trouble:
+        return Outcome(False, f"{shown}: {ran.trouble}")
+    tail = ran.output[-OUTPUT_TAIL:]
+    verdict = "passed" if ran.ok else f"failed (exit {ran.returncode})"
+    return Outcome(ran.ok, f"{shown}: {verdict}" + (f": {tail}" if tail else ""))

@@ -7,10 +7,10 @@ fleet. Commands run without a shell, with a time limit."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterable
 
+from gpuscope.health.commands import run_command
 from gpuscope.health.schedulers.base import Outcome, SchedulerNode
 
 PLAIN_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -66,19 +66,8 @@ class SlurmScheduler:
         return Outcome(ok, f"{self.command(action, node, reason)}: {out or ('done' if ok else 'failed')}")
 
     async def _run(self, argv: list[str]) -> tuple[bool, str]:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-            )
-        except OSError as exc:
-            return False, f"cannot run {argv[0]}: {exc.strerror or exc}"
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), self._timeout_s)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            return False, f"{argv[0]} gave no answer in {self._timeout_s:.0f} s"
-        return proc.returncode == 0, out.decode(errors="replace").strip()
+        ran = await run_command(argv, self._timeout_s)
+        return ran.ok, f"{argv[0]}: {ran.trouble}" if ran.trouble else ran.output
 
 
 class SchedulerUnavailable(RuntimeError):

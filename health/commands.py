@@ -1,0 +1,35 @@
+"""Runs a command for the health loop (a scheduler's client, a site's validation check): no shell, stdout
+and stderr together, a time limit after which it is killed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Ran:
+    returncode: int | None  # None: it did not start, or ran past its time (`trouble` says which)
+    output: str  # what it printed, stripped
+    trouble: str = ""  # "cannot run: <why>" or "no result in <N> s"
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+async def run_command(argv: Sequence[str], timeout_s: float) -> Ran:
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+    except OSError as exc:
+        return Ran(None, "", f"cannot run: {exc.strerror or exc}")
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return Ran(None, "", f"no result in {timeout_s:.0f} s")
+    return Ran(proc.returncode, out.decode(errors="replace").strip())
