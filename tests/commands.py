@@ -35,14 +35,15 @@ def wait_healthy(url: str, *, timeout: float, process: subprocess.Popen[Any] | N
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float = 30.0) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; reaped either way."""
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; reaped either way, each wait
+    bounded by `timeout`."""
     if process.poll() is None:
         process.terminate()
     try:
         process.wait(timeout)
     except subprocess.TimeoutExpired:
         process.kill()
-        process.wait()
+        process.wait(timeout)
 
 
 def start_collector(

@@ -52,6 +52,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.commands import stop_process
+
 T = TypeVar("T")
 
 BINARIES = ("slurmctld", "slurmd", "slurmstepd", "srun", "sbatch", "salloc", "scontrol", "scancel", "squeue")
@@ -109,7 +111,7 @@ class SlurmCluster:
                 self._cancel_all(timeout)
         finally:
             for proc in [*self._background, *self._daemons]:
-                _end(proc, timeout)
+                stop_process(proc, timeout)
             self._background, self._daemons = [], []
             self._kill_leftovers()
             self._remove_cgroups()
@@ -382,16 +384,6 @@ def cgroup_v1_unusable(root: Path = CGROUP_ROOT) -> str | None:
         except OSError as exc:
             return f"cannot create cgroups in {hierarchy}: {exc.strerror}"
     return None
-
-
-def _end(proc: subprocess.Popen[Any], timeout: float) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
 
 
 def _pids_with_environ(mark: bytes) -> Iterable[int]:
