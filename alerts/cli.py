@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-# Where `alerts silence` finds a collector when not told: the port `gpuscope collector` and the demo use.
-DEFAULT_COLLECTOR = "http://127.0.0.1:9410"
+from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
 
 
 def add_parser(commands: Any) -> None:
@@ -152,41 +150,20 @@ def sample_message(resolved: bool = False) -> Any:
 
 
 def _silence(args: argparse.Namespace) -> int:
-    import httpx
-
     from gpuscope.alerts.duration import parse_duration
-    from gpuscope.core.tokens import read_token_file
 
-    if not args.collector.startswith(("http://", "https://")):
-        raise ValueError(f"--collector must be a URL starting with http:// or https://, got {args.collector!r}")
-    headers = {}
-    if args.token_file:
-        headers["Authorization"] = f"Bearer {read_token_file(args.token_file)}"
     base = args.collector.rstrip("/") + "/api/v1/silences"
-    with httpx.Client(headers=headers, timeout=10) as client:
-        try:
-            if args.silence_command == "add":
-                seconds = parse_duration(args.duration, "--duration")
-                body = {"matchers": args.matcher, "duration_s": seconds, "comment": args.comment,
-                        "created_by": args.created_by}  # fmt: skip
-                response = client.post(base, json=body)
-            elif args.silence_command == "expire":
-                response = client.delete(f"{base}/{args.id}")
-            else:
-                response = client.get(base, params={"all": "true"} if args.all else None)
-        except httpx.TransportError as exc:
-            # The default URL is a guess at a local collector: say which one was tried and how to name another.
-            raise RuntimeError(
-                f"cannot reach a collector at {args.collector} ({_reason(exc)}): start one, or pass --collector URL"
-            ) from None
-    if response.status_code >= 300:
-        print(f"HTTP {response.status_code}: {response.text.strip()[:500]}", file=sys.stderr)
+    with collector_client(args.collector, args.token_file, timeout_s=10) as client:
+        if args.silence_command == "add":
+            seconds = parse_duration(args.duration, "--duration")
+            body = {"matchers": args.matcher, "duration_s": seconds, "comment": args.comment,
+                    "created_by": args.created_by}  # fmt: skip
+            response = client.post(base, json=body)
+        elif args.silence_command == "expire":
+            response = client.delete(f"{base}/{args.id}")
+        else:
+            response = client.get(base, params={"all": "true"} if args.all else None)
+    if refused(response):
         return 1
     print(json.dumps(response.json(), indent=2))
     return 0
-
-
-def _reason(exc: Exception) -> str:
-    """httpx's reason in words: "Connection refused", not "[Errno 111] Connection refused"."""
-    text = str(exc).strip() or type(exc).__name__
-    return re.sub(r"^\[Errno -?\d+\]\s*", "", text)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-DEFAULT_COLLECTOR = "http://127.0.0.1:9410"  # where `gpuscope collector` and the demo listen
+from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
+
 STATES = ("healthy", "suspect", "unhealthy", "drained", "validating")
 
 
@@ -39,26 +38,11 @@ def add_parser(commands: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import httpx
-
-    from gpuscope.core.tokens import read_token_file
-
-    if not args.collector.startswith(("http://", "https://")):
-        raise ValueError(f"--collector must be a URL starting with http:// or https://, got {args.collector!r}")
-    headers = {"Authorization": f"Bearer {read_token_file(args.token_file)}"} if args.token_file else {}
     base = args.collector.rstrip("/") + "/api/v1/health"
-    with httpx.Client(headers=headers, timeout=30) as client:
-        try:
-            answers = _ask(client, base, args)
-        except httpx.TransportError as exc:
-            reason = re.sub(r"^\[Errno -?\d+\]\s*", "", str(exc).strip() or type(exc).__name__)
-            raise RuntimeError(
-                f"cannot reach a collector at {args.collector} ({reason}): start one, or pass --collector URL"
-            ) from None
-    for response in answers:
-        if response.status_code >= 300:
-            print(f"HTTP {response.status_code}: {response.text.strip()[:500]}", file=sys.stderr)
-            return 1
+    with collector_client(args.collector, args.token_file, timeout_s=30) as client:
+        answers = _ask(client, base, args)
+    if any(refused(r) for r in answers):
+        return 1
     bodies = [r.json() for r in answers]
     if args.json:
         print(json.dumps(bodies[0] if len(bodies) == 1 else {"transitions": bodies[0], "actions": bodies[1]}, indent=2))
