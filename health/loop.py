@@ -39,6 +39,7 @@ LOOKBACK = timedelta(minutes=15)  # evidence looked for at a (re)start: what hap
 # store's key), not news.
 OVERLAP = timedelta(seconds=60)
 HELD_BY_SCHEDULER = "scheduler: "  # a hold gpuscope inferred from the scheduler, lifted by it too
+WAITING = " | waiting: "  # a drained node's reason, then what keeps it from validation
 LOCK_KEY = 0x67706865616C7468  # "gphealth": the one active health loop across collector replicas
 
 
@@ -239,8 +240,8 @@ class HealthLoop:
             return
         missing = (await store.ready_to_return(conn, [row.node_id], now)).get(row.node_id, "no GPU known")
         if missing:
-            if row.reason != f"{row.reason.split(' | waiting: ')[0]} | waiting: {missing}":
-                await self._say(conn, row, f"{row.reason.split(' | waiting: ')[0]} | waiting: {missing}", None)
+            cause = row.reason.split(WAITING)[0]  # the drain's reason, without what it waited for last cycle
+            await self._say(conn, row, f"{cause}{WAITING}{missing}", None)  # saved only when it changed
             return
         reason = f"quiet for {_span(self.policy.quiet_s)}, every GPU reporting up, no row remap pending"
         await self._move(conn, node, State.VALIDATING, reason, now, report)
