@@ -30,7 +30,7 @@ lint: $(STAMP) importable
 importable:
 	@rm -rf $(IMPORTABLE) && mkdir -p $(IMPORTABLE)/gpuscope
 	@for f in gpuscope/*.py gpuscope/*/; do ln -s "$(CURDIR)/$${f%/}" $(IMPORTABLE)/gpuscope/; done
-	@for p in exporter collector alerts stragglers health dashboard; do ln -s "$(CURDIR)/$$p" $(IMPORTABLE)/gpuscope/$$p; done
+	@for p in exporter collector alerts stragglers health reports dashboard; do ln -s "$(CURDIR)/$$p" $(IMPORTABLE)/gpuscope/$$p; done
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \

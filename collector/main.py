@@ -25,7 +25,7 @@ from gpuscope.collector.api.guard import MAX_BODY_BYTES, READ_METHODS, RequestGu
 from gpuscope.collector.api.state import CollectorState
 from gpuscope.collector.ingest.state import IngestState
 from gpuscope.collector.parts import Part
-from gpuscope.collector.store import allocations, rollups, timescale
+from gpuscope.collector.store import allocations, rollups, timescale, usage
 from gpuscope.collector.store.group_writer import MAX_GROUP, GroupWriter
 from gpuscope.collector.store.migrate import migrate
 from gpuscope.collector.store.retention import DEFAULT_RETENTION, Retention
@@ -145,7 +145,8 @@ async def _prepare_schema(config: CollectorConfig) -> timescale.Layout:
 async def _maintenance(
     pool: AsyncConnectionPool, retention: Retention, layout: timescale.Layout, every_s: float = 60.0
 ) -> None:
-    """Close allocations whose exporter went quiet and roll up settled minutes (every minute); partitions
+    """Close allocations whose exporter went quiet, roll up settled minutes and account the GPUs' usage
+    (every minute); partitions
     ahead and retention (hourly).
     Every collector replica may run this: each step is idempotent."""
     last_partitions = time.monotonic()
@@ -159,6 +160,8 @@ async def _maintenance(
             if layout == "plain":  # TimescaleDB refreshes its continuous aggregates itself
                 async with pool.connection() as conn:
                     await rollups.roll_up(conn)
+            async with pool.connection() as conn:  # after the rollups it reads
+                await usage.update_usage(conn, keep=retention.minute_rollups)
             if time.monotonic() - last_partitions >= 3600:
                 async with pool.connection() as conn:
                     await retention_pass(conn, retention, layout=layout)

@@ -186,6 +186,11 @@ def _parser() -> argparse.ArgumentParser:
         help="fleet health policy (YAML, docs/health.md): scheduler, dry run, guard rails (default: dry run, none)",
     )
     collector.add_argument("--no-health", action="store_true", help="do not run the health loop here")
+    collector.add_argument(
+        "--reports-config",
+        type=Path,
+        help="usage reports (YAML, docs/reports.md): currency, prices per GPU model, grid intensity, digests",
+    )
     collector.set_defaults(run=_run_collector)
 
     dashboard = commands.add_parser("dashboard", help="the web UI")
@@ -313,6 +318,7 @@ def _run_collector(args: argparse.Namespace) -> int:
             "alerts": False if args.no_alerts else None,
             "health_policy": args.health_policy,
             "health": False if args.no_health else None,
+            "reports_config": args.reports_config,
         }.items()
         if value is not None
     }

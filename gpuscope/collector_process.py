@@ -35,6 +35,8 @@ from gpuscope.core.logredact import configure_logging, redact_secrets
 from gpuscope.core.tokens import dsn_with_password_file, read_token_file
 from gpuscope.health.part import health_part
 from gpuscope.health.policy import load_policy
+from gpuscope.reports.config import load_reports_config
+from gpuscope.reports.part import reports_part
 from gpuscope.stragglers.part import stragglers_part
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class CollectorSettings(BaseSettings):
     straggler_interval_s: float = Field(default=5.0, gt=0, le=300)
     health: bool = True  # run the health loop (in one replica at a time); its API is served either way
     health_policy: Path | None = None  # YAML (docs/health.md); none: dry run with no scheduler
+    reports_config: Path | None = None  # YAML (docs/reports.md): prices, grid intensity, digests
 
     @model_validator(mode="after")
     def _tiers_outlive_finer_ones(self) -> CollectorSettings:
@@ -118,11 +121,17 @@ def build(settings: CollectorSettings, dsn: str, token: str) -> FastIngest:
 
 
 def parts(settings: CollectorSettings) -> tuple[Part, ...]:
-    """The extensions this collector runs: the straggler watch, the alerts and fleet health (APIs always,
-    their loops if asked)."""
+    """The extensions this collector runs: the straggler watch, the alerts, fleet health (APIs always,
+    their loops if asked) and the reports."""
     found = [stragglers_part(settings.straggler_interval_s)] if settings.stragglers else []
     policy = load_policy(settings.health_policy) if settings.health_policy else None
-    return (*found, alerts_part(alert_engine(settings)), health_part(policy, run_loop=settings.health))
+    reports = load_reports_config(settings.reports_config) if settings.reports_config else None
+    return (
+        *found,
+        alerts_part(alert_engine(settings)),
+        health_part(policy, run_loop=settings.health),
+        reports_part(reports),
+    )
 
 
 def alert_engine(settings: CollectorSettings) -> AlertEngine | None:

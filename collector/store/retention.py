@@ -18,7 +18,7 @@ from gpuscope.collector.store.timescale import Layout
 
 log = logging.getLogger(__name__)
 
-MINUTE_TABLES = ("gpu_rollup_1m", "rack_power_1m")
+MINUTE_TABLES = ("gpu_rollup_1m", "rack_power_1m", "gpu_energy_1m")
 HOUR_TABLES = ("gpu_rollup_1h",)
 
 
@@ -49,6 +49,8 @@ async def apply(
     cutoffs: list[tuple[str, timedelta, str]] = [
         ("event", retention.hour_rollups, "ts"),
         ("straggler", retention.hour_rollups, "started_at"),
+        ("usage_1h", retention.hour_rollups, "bucket"),
+        ("usage_hour", retention.hour_rollups, "bucket"),
     ]
     if layout == "timescaledb":
         await timescale.drop_old(

@@ -77,6 +77,13 @@ def _hour_sql() -> str:
 
 AGGREGATE_MINUTE = _minute_sql()
 AGGREGATE_HOUR = _hour_sql()
+# Each GPU's energy counter at its first and last sample of the minute (collector/store/usage.py).
+ENERGY_MINUTE = (
+    "INSERT INTO gpu_energy_1m (bucket, gpu_id, first_j, last_j)"
+    " SELECT %(start)s, gpu_id, (array_agg(energy_j ORDER BY ts))[1], (array_agg(energy_j ORDER BY ts DESC))[1]"
+    " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(start)s + interval '1 minute' AND energy_j IS NOT NULL"
+    " GROUP BY gpu_id ON CONFLICT (gpu_id, bucket) DO UPDATE SET first_j = EXCLUDED.first_j, last_j = EXCLUDED.last_j"
+)
 RACK_POWER = (
     "INSERT INTO rack_power_1m (bucket, cluster, rack, watts, gpus)"
     " SELECT r.bucket, n.cluster, n.rack, sum(r.power_sum / r.power_n), count(*)"
@@ -98,6 +105,7 @@ async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> in
     minutes = [row[0] for row in await cur.fetchall()]
     for minute in minutes:
         await conn.execute(AGGREGATE_MINUTE, {"start": minute})
+        await conn.execute(ENERGY_MINUTE, {"start": minute})
         await conn.execute(RACK_POWER, {"start": minute})
     if minutes:
         await conn.execute(

@@ -25,7 +25,7 @@ Layout = Literal["plain", "timescaledb"]
 LAYOUT_VERSION = 1_000_000  # recorded in schema_migration, apart from the numbered migrations
 LAYOUT_NAME = "timescale/layout.sql"
 RAW_TABLES = ("gpu_sample", "ib_port_sample", "mig_sample")
-MINUTE_AGGREGATES = ("gpu_rollup_1m",)
+MINUTE_AGGREGATES = ("gpu_rollup_1m", "gpu_energy_1m")
 HOUR_AGGREGATES = ("gpu_rollup_1h",)
 
 

@@ -1,0 +1,183 @@
+"""Usage reports: GPU-hours allocated, doing work and held idle, energy, cost and carbon, by user, account,
+partition, namespace, GPU model or job, over whole hours (from usage_1h, collector/store/usage.py); and one
+job's report with its GPUs, computed afresh from the minute rollups (jobstats).
+
+Cost is the site's price per GPU-hour allocated, by GPU model (Rates); carbon is the energy times the grid's
+intensity in each hour: the series the site loaded (grid_intensity) where it covers the hour, else the
+configured constant.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from psycopg import Connection, sql
+
+from gpuscope.collector.query.timerange import TimeRange
+
+Dimension = Literal["user", "account", "partition", "namespace", "model", "job"]
+DIMENSIONS: tuple[Dimension, ...] = ("user", "account", "partition", "namespace", "model", "job")
+_COLUMN = {"user": "username", "account": "account", "partition": "partition", "namespace": "namespace",
+           "model": "model", "job": "job_id"}  # fmt: skip
+ActiveBasis = Literal["sm_active", "util", "mixed", "none"]
+HOUR = timedelta(hours=1)
+JOULES_PER_KWH = 3.6e6
+# The world's average carbon intensity of electricity in 2023 (Ember, Global Electricity Review 2024), used
+# until the site configures its own grid: a number, never a guess of 300 W per GPU.
+DEFAULT_GRID_G_PER_KWH = 480.0
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The site's prices and grid: `prices` are (model pattern, price per GPU-hour allocated) pairs, shell-
+    style patterns matched case-insensitively, the first match winning; no match: no price (cost null)."""
+
+    currency: str | None = None
+    prices: tuple[tuple[str, float], ...] = ()
+    grid_g_per_kwh: float = DEFAULT_GRID_G_PER_KWH
+
+    def price(self, model: str) -> float | None:
+        for pattern, per_gpu_hour in self.prices:
+            if fnmatch.fnmatchcase(model.lower(), pattern.lower()):
+                return per_gpu_hour
+        return None
+
+
+@dataclass(frozen=True)
+class Figures:
+    gpu_hours_allocated: float
+    gpu_hours_measured: float  # of which with an activity reading
+    gpu_hours_active: float  # weighted by SM activity (utilisation where a GPU has none): see active_basis
+    gpu_hours_tensor_active: float
+    gpu_hours_idle: float
+    energy_kwh: float
+    cost: float | None  # None: no price for any of these GPUs' models
+    co2_kg: float
+    unpriced_gpu_hours: float  # allocated on models without a price, not in cost
+    active_basis: ActiveBasis
+    energy_from_counter: float  # the share of measured time whose energy came from the energy counter
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "gpu_hours_allocated": self.gpu_hours_allocated,
+            "gpu_hours_active": self.gpu_hours_active,
+            "gpu_hours_idle": self.gpu_hours_idle,
+            "energy_kwh": self.energy_kwh,
+            "cost": self.cost,
+            "co2_kg": self.co2_kg,
+            "gpu_hours_measured": self.gpu_hours_measured,
+            "gpu_hours_tensor_active": self.gpu_hours_tensor_active,
+            "active_basis": self.active_basis,
+            "unpriced_gpu_hours": self.unpriced_gpu_hours,
+            "energy_from_counter": self.energy_from_counter,
+        }
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    key: str | None  # None: jobs without one (a Kubernetes job has no account, a Slurm job no namespace)
+    figures: Figures
+    jobs: int
+    user: str | None = None  # by job: the job's user, account, partition and namespace
+    account: str | None = None
+    partition: str | None = None
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    start: datetime  # whole hours: the range asked for, widened to the hour
+    end: datetime
+    by: Dimension
+    rows: list[UsageRow]  # the most GPU-hours allocated first
+    totals: Figures
+    jobs: int
+    currency: str | None
+    computed_to: datetime | None  # usage is counted up to here (None: nothing computed in the range)
+
+
+def whole_hours(time_range: TimeRange) -> tuple[datetime, datetime]:
+    """The range widened to whole hours (UTC)."""
+    start = time_range.start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    end = time_range.end.astimezone(UTC)
+    ceiling = end.replace(minute=0, second=0, microsecond=0)
+    return start, ceiling if ceiling == end else ceiling + HOUR
+
+
+_REPORT = (
+    "WITH grid AS (SELECT h AS bucket, coalesce((SELECT g_per_kwh FROM grid_intensity WHERE ts <= h"
+    "   ORDER BY ts DESC LIMIT 1), %(grid)s) AS g FROM generate_series(%(lo)s, %(hi)s - interval '1 hour',"
+    "   interval '1 hour') AS h),"
+    " price AS (SELECT * FROM unnest(%(models)s::text[], %(prices)s::float8[]) AS p(model, per_hour))"
+    " SELECT GROUPING({key}) = 1, {key}, sum(allocated_s), sum(measured_s), sum(active_s), sum(active_sm_s),"
+    "   sum(tensor_s), sum(idle_s), sum(energy_j), sum(energy_counter_s), sum(energy_j * g),"
+    "   sum(allocated_s * per_hour), sum(allocated_s) FILTER (WHERE per_hour IS NULL), count(DISTINCT job_id),"
+    "   min(username), min(account), min(partition), min(namespace)"
+    " FROM usage_1h u JOIN grid USING (bucket) LEFT JOIN price USING (model)"
+    " WHERE u.bucket >= %(lo)s AND u.bucket < %(hi)s"
+    " GROUP BY GROUPING SETS (({key}), ())"
+)
+
+
+def usage_report(
+    conn: Connection[Any], time_range: TimeRange, by: Dimension, rates: Rates | None = None
+) -> UsageReport:
+    """Usage by `by` over the whole hours covering `time_range`."""
+    rates = rates or Rates()
+    lo, hi = whole_hours(time_range)
+    models = [row[0] for row in conn.execute("SELECT DISTINCT model FROM gpu").fetchall()]
+    priced = [(m, rates.price(m)) for m in models]
+    rows = conn.execute(
+        sql.SQL(_REPORT).format(key=sql.Identifier(_COLUMN[by])),
+        {
+            "lo": lo,
+            "hi": hi,
+            "grid": rates.grid_g_per_kwh,
+            "models": [m for m, p in priced if p is not None],
+            "prices": [p for _, p in priced if p is not None],
+        },
+    ).fetchall()
+    out, totals, jobs = [], _figures(None), 0
+    for total, key, *sums in rows:
+        figures = _figures(sums[:11])
+        if total:
+            totals, jobs = figures, sums[11]
+        else:
+            extra = sums[12:] if by == "job" else (None,) * 4
+            out.append(UsageRow(key, figures, sums[11], *extra))
+    out.sort(key=lambda r: (-r.figures.gpu_hours_allocated, r.key or ""))
+    computed = conn.execute(
+        "SELECT max(least(computed_at, bucket + interval '1 hour')) FROM usage_hour WHERE bucket >= %s AND bucket < %s",
+        (lo, hi),
+    ).fetchone()
+    return UsageReport(lo, hi, by, out, totals, jobs, rates.currency, computed[0] if computed else None)
+
+
+def _figures(sums: list[Any] | None) -> Figures:
+    """Figures from the report's sums (seconds, joules, joules x g/kWh, price x seconds), or all zero."""
+    allocated, measured, active, active_sm, tensor, idle, joules, counter_s, joules_g, cost, unpriced = sums or [
+        0.0
+    ] * 9 + [None, 0.0]
+    return Figures(
+        gpu_hours_allocated=(allocated or 0) / 3600,
+        gpu_hours_measured=(measured or 0) / 3600,
+        gpu_hours_active=(active or 0) / 3600,
+        gpu_hours_tensor_active=(tensor or 0) / 3600,
+        gpu_hours_idle=(idle or 0) / 3600,
+        energy_kwh=(joules or 0) / JOULES_PER_KWH,
+        cost=None if cost is None else cost / 3600,
+        co2_kg=(joules_g or 0) / JOULES_PER_KWH / 1000,
+        unpriced_gpu_hours=(unpriced or 0) / 3600,
+        active_basis=active_basis(measured or 0, active_sm or 0),
+        energy_from_counter=(counter_s or 0) / measured if measured else 0.0,
+    )
+
+
+def active_basis(measured_s: float, sm_s: float) -> ActiveBasis:
+    if measured_s <= 0:
+        return "none"
+    share = sm_s / measured_s
+    return "sm_active" if share >= 0.99 else "util" if share <= 0.01 else "mixed"
