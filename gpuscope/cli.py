@@ -16,6 +16,7 @@ from gpuscope.core.logredact import configure_logging
 from gpuscope.core.ports import PortInUse, ensure_free
 from gpuscope.core.tokens import dsn_with_password_file
 from gpuscope.health import cli as health_cli
+from gpuscope.reports import cli as reports_cli
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.set_defaults(run=_run_dashboard)
     alerts_cli.add_parser(commands)
     health_cli.add_parser(commands)
+    reports_cli.add_parser(commands)
 
     bench = commands.add_parser("bench", help="measure against the project's targets")
     bench.add_argument(
