@@ -23,6 +23,9 @@ from gpuscope.exporter.sim.topology import NodeSpec
 
 EPOCH_SECONDS = 7200.0
 USERS = ("alice", "bob", "chen", "dana", "emeka", "farah", "goran", "hiro")
+# Each user's Slurm account (their group), as a site's accounting would have it: reports group by it.
+ACCOUNTS = {"alice": "physics", "bob": "physics", "chen": "biology", "dana": "biology", "emeka": "ml-research",
+            "farah": "ml-research", "goran": "ml-research", "hiro": "climate"}  # fmt: skip
 JOB_NAMES = ("llama-pretrain", "moe-sft", "vit-finetune", "rlhf-ppo", "diffusion-xl", "bert-eval")
 
 

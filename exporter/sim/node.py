@@ -20,7 +20,7 @@ import uuid
 import numpy as np
 
 from gpuscope.exporter.sim.health import Incident, SimGpuHealth
-from gpuscope.exporter.sim.jobs import JobRun, JobSchedule
+from gpuscope.exporter.sim.jobs import ACCOUNTS, JobRun, JobSchedule
 from gpuscope.exporter.sim.nvlink import SimNvLink
 from gpuscope.exporter.sim.topology import NodeSpec
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading
@@ -285,7 +285,10 @@ class SimJobs:
 
     def assign(self, gpus: tuple[GpuIdentity, ...], now: float) -> dict[int, JobInfo]:
         job = self._schedule.job_at(self._node.index, now)
-        return {} if job is None else {gpu.index: JobInfo(job.job_id, job.user) for gpu in gpus}
+        if job is None:
+            return {}
+        info = JobInfo(job.job_id, job.user, account=ACCOUNTS.get(job.user), partition="gpu")
+        return {gpu.index: info for gpu in gpus}
 
 
 def _gpu_identity(seed: int, node: NodeSpec, index: int) -> GpuIdentity:

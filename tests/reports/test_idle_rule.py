@@ -19,7 +19,8 @@ def _allocate(dsn: str, job: str, user: str, gpu_ids: list[int]) -> None:
         for gpu_id in gpu_ids:
             conn.execute(
                 "INSERT INTO job_allocation (job_id, username, account, node_id, gpu_id, started_at, last_seen)"
-                " SELECT %s, %s, 'physics', node_id, gpu_id, now() - interval '3 hours', now() FROM gpu WHERE gpu_id = %s",
+                " SELECT %s, %s, 'physics', node_id, gpu_id, now() - interval '3 hours', now() FROM gpu"
+                " WHERE gpu_id = %s",
                 (job, user, gpu_id),
             )
 
