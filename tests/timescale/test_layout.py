@@ -15,11 +15,14 @@ import psycopg
 import pytest
 
 from gpuscope.collector import query
-from gpuscope.collector.store import partitions, rollups, timescale
+from gpuscope.collector.query.jobstats import job_report
+from gpuscope.collector.query.usage import usage_report
+from gpuscope.collector.store import partitions, rollups, timescale, usage
 from gpuscope.collector.store.migrate import migrate
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 RANGE = query.TimeRange(T0, T0 + timedelta(hours=3))
+NOW = T0 + timedelta(hours=3)  # j2 is still running then
 
 LOAD = [
     "INSERT INTO node (cluster, name, rack) VALUES ('c', 'n1', 'rack-a'), ('c', 'n2', 'rack-b')",
@@ -27,9 +30,11 @@ LOAD = [
     " SELECT n, i, 'GPU-' || n || '-' || i, 'H100', 'x' FROM generate_series(1, 2) n, generate_series(0, 1) i",
     "INSERT INTO ib_port (node_id, device, port) VALUES (1, 'mlx5_0', 1), (2, 'mlx5_0', 1)",
     # Three hours every 30 s; values vary per GPU and over time; GPU 4 misses every seventh sample.
-    "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct, power_w, temp_c, sm_active_pct)"
+    # The energy counter: GPU 2's restarts at 90 minutes; GPU 3 has none (its energy is power x time).
+    "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct, power_w, temp_c, sm_active_pct, energy_j)"
     " SELECT %(t0)s + s * interval '1 second', g, true, (s / 30 + g * 7) %% 101, 200 + g * 10 + (s / 30) %% 13,"
-    "        40 + g, ((s / 30) * g) %% 100"
+    "        40 + g, ((s / 30) * g) %% 100,"
+    "        CASE WHEN g = 3 THEN NULL WHEN g = 2 AND s >= 5400 THEN (s - 5400) * 220.0 ELSE 1e6 + s * (200 + g * 10.0) END"
     " FROM generate_series(0, 3 * 3600 - 30, 30) s, generate_series(1, 4) g WHERE g <> 4 OR (s / 30) %% 7 <> 0",
     "INSERT INTO ib_port_sample (ts, port_id, xmit_bytes, state)"
     " SELECT %(t0)s + s * interval '1 second', p, (1000 * p * s)::bigint, 4"
@@ -60,6 +65,7 @@ def prepare_plain(dsn: str) -> None:
             )
             while await rollups.roll_up(conn, T0 + timedelta(days=1)):
                 pass
+            await usage.update_usage(conn, keep=timedelta(days=1), now=NOW)
 
     migrate(dsn)
     assert timescale.setup(dsn, "auto") == "plain", "no timescaledb extension on the plain server"
@@ -74,6 +80,7 @@ def prepare_timescale(dsn: str, compress: bool) -> None:
         # What the refresh policies do on a server (PGlite runs no background jobs).
         conn.execute("CALL refresh_continuous_aggregate('gpu_rollup_1m', NULL, %s)", (T0 + timedelta(hours=2),))
         conn.execute("CALL refresh_continuous_aggregate('gpu_rollup_1h', NULL, %s)", (T0 + timedelta(hours=2),))
+        conn.execute("CALL refresh_continuous_aggregate('gpu_energy_1m', NULL, %s)", (T0 + timedelta(hours=2),))
         if compress:
             conn.execute("SELECT compress_chunk(c) FROM show_chunks('gpu_sample') c")
             compressed = conn.execute(
@@ -81,6 +88,12 @@ def prepare_timescale(dsn: str, compress: bool) -> None:
                 " WHERE hypertable_name = 'gpu_sample' AND is_compressed"
             ).fetchone()
             assert compressed == (3,), "three one-hour chunks, all compressed"
+
+    async def account() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await usage.update_usage(conn, keep=timedelta(days=1), now=NOW)
+
+    asyncio.run(account())
 
 
 QUERIES: dict[str, Callable[[psycopg.Connection], Any]] = {
@@ -95,6 +108,9 @@ QUERIES: dict[str, Callable[[psycopg.Connection], Any]] = {
     "jobs": lambda c: query.jobs(c, RANGE),
     "job gpus": lambda c: query.job_gpus(c, "j1"),
     "events": lambda c: query.events(c, RANGE),
+    "usage by user": lambda c: usage_report(c, RANGE, "user"),
+    "usage by job": lambda c: usage_report(c, RANGE, "job"),
+    "job report": lambda c: job_report(c, "j2", now=NOW),
 }
 
 
@@ -129,6 +145,8 @@ def test_every_query_answers_the_same_on_both_layouts(dsn: str, timescale_dsn: s
     prepare_timescale(timescale_dsn, compress)
     expected, got = answers(dsn), answers(timescale_dsn)
     assert np.isfinite(expected["heatmap 60 s"].values).sum() == 4 * 180, "the comparison covers real data"
+    totals = expected["usage by user"].totals
+    assert totals.gpu_hours_allocated > 0 and totals.energy_kwh > 0 and 0 < totals.energy_from_counter < 1
     for name in QUERIES:
         assert_same(expected[name], got[name], name)
 
@@ -144,13 +162,16 @@ def test_layout_objects_and_policies(timescale_dsn: str) -> None:
             "SELECT view_name, materialized_only FROM timescaledb_information.continuous_aggregates ORDER BY 1"
         ).fetchall()
     assert_layout(*layout_of(timescale_dsn))
-    assert aggregates == [("gpu_rollup_1h", False), ("gpu_rollup_1m", False)], "real-time aggregation on"
+    assert aggregates == [("gpu_energy_1m", False), ("gpu_rollup_1h", False), ("gpu_rollup_1m", False)], (
+        "real-time aggregation on"
+    )
 
 
 def assert_layout(hypertables: list[Any], segmentby: list[Any], jobs: list[Any]) -> None:
     assert hypertables == [("gpu_sample", True), ("ib_port_sample", True), ("mig_sample", True)]
     assert segmentby == [("gpu_sample", "gpu_id"), ("ib_port_sample", "port_id"), ("mig_sample", "mig_id")]
     assert jobs == [
+        ("policy_refresh_continuous_aggregate", "gpu_energy_1m", "06:00:00"),
         ("policy_refresh_continuous_aggregate", "gpu_rollup_1h", "12:00:00"),
         ("policy_refresh_continuous_aggregate", "gpu_rollup_1m", "06:00:00"),
         ("policy_compression", "gpu_sample", None),

@@ -4,21 +4,20 @@
 -- each minute: the counter's growth between any two minutes, resets included, is read from these
 -- (collector/store/usage.py). The plain layout fills it with the minute rollup; the TimescaleDB layout
 -- replaces it with a continuous aggregate of the same name and columns.
-CREATE TABLE gpu_energy_1m (
-    bucket  timestamptz NOT NULL,
-    gpu_id  integer NOT NULL,
-    first_j double precision NOT NULL,
-    last_j  double precision NOT NULL,
-    PRIMARY KEY (gpu_id, bucket)
-);
-CREATE INDEX gpu_energy_1m_bucket ON gpu_energy_1m USING brin (bucket);
-
--- A database on the TimescaleDB layout already (applied before this migration): the same continuous
--- aggregate layout.sql makes on a new one.
 DO $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM schema_migration WHERE version = 1000000) THEN
-        DROP TABLE gpu_energy_1m;
+    IF NOT EXISTS (SELECT 1 FROM schema_migration WHERE version = 1000000) THEN
+        CREATE TABLE gpu_energy_1m (
+            bucket  timestamptz NOT NULL,
+            gpu_id  integer NOT NULL,
+            first_j double precision NOT NULL,
+            last_j  double precision NOT NULL,
+            PRIMARY KEY (gpu_id, bucket)
+        );
+        CREATE INDEX gpu_energy_1m_bucket ON gpu_energy_1m USING brin (bucket);
+    -- A database on the TimescaleDB layout, applied before this migration by a collector that did not
+    -- know this aggregate: the same continuous aggregate layout.sql makes on a new one.
+    ELSIF to_regclass('gpu_energy_1m') IS NULL THEN
         EXECUTE 'CREATE MATERIALIZED VIEW gpu_energy_1m WITH (timescaledb.continuous,'
                 ' timescaledb.materialized_only = false) AS'
                 ' SELECT time_bucket(INTERVAL ''1 minute'', ts) AS bucket, gpu_id,'

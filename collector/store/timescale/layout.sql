@@ -61,8 +61,9 @@ SELECT time_bucket(INTERVAL '1 hour', bucket) AS bucket, gpu_id,
        sum(sm_clock_sum) AS sm_clock_sum, sum(sm_clock_n)::bigint AS sm_clock_n, min(sm_clock_min) AS sm_clock_min
 FROM gpu_rollup_1m GROUP BY 1, 2 WITH NO DATA;
 
--- Each GPU's energy counter at its first and last sample of each minute (migration 0016).
-DROP TABLE gpu_energy_1m;
+-- Each GPU's energy counter at its first and last sample of each minute (migration 0016, which makes the
+-- plain table where this layout is not applied, and this aggregate where it was applied before 0016).
+DROP TABLE IF EXISTS gpu_energy_1m;
 CREATE MATERIALIZED VIEW gpu_energy_1m WITH (timescaledb.continuous, timescaledb.materialized_only = false) AS
 SELECT time_bucket(INTERVAL '1 minute', ts) AS bucket, gpu_id, first(energy_j, ts) AS first_j, last(energy_j, ts) AS last_j
 FROM gpu_sample WHERE energy_j IS NOT NULL GROUP BY 1, 2 WITH NO DATA;
