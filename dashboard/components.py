@@ -29,6 +29,7 @@ NAV = (
     ("/power", "Power"),
     ("/jobs", "Jobs"),
     ("/health", "Health"),
+    ("/reports", "Reports"),
     ("/alerts", "Alerts"),
 )
 

@@ -9,6 +9,8 @@ from typing import Any
 import yaml
 from psycopg_pool import ConnectionPool
 
+from gpuscope.collector.query.usage import Rates
+
 REFRESH_MS = 5000
 # Callback requests carry a few kilobytes of component state. The largest, the heatmap's click, sends
 # back ~40 bytes per row, at most ~3,300 rows (grid.MAX_CELLS over 60 columns): ~130 KB.
@@ -21,6 +23,7 @@ class DashboardOptions:
     rack_budgets_kw: dict[str, float] = field(default_factory=dict)  # "cluster/rack" or "rack" -> kW
     refresh_ms: int = REFRESH_MS
     max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies are refused with 413 before being read
+    rates: Rates = field(default_factory=Rates)  # the reports page's prices and grid (--reports-config)
 
 
 @dataclass(frozen=True)

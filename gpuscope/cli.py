@@ -215,6 +215,11 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--basic-auth-file", type=Path, help="require a login: 'user:pbkdf2_sha256$...' lines")
     dashboard.add_argument("--rack-budgets", type=Path, help="YAML mapping of rack (or cluster/rack) to a budget in kW")
     dashboard.add_argument(
+        "--reports-config",
+        type=Path,
+        help="the Reports page's currency, prices per GPU model and grid intensity (YAML, docs/reports.md)",
+    )
+    dashboard.add_argument(
         "--max-body-bytes", type=_positive_int, help="refuse larger request bodies with 413 (default 1 MiB)"
     )
     dashboard.add_argument("--hash-password", action="store_true", help="read a password, print a basic-auth hash")
@@ -348,6 +353,7 @@ def _run_dashboard(args: argparse.Namespace) -> None:
             basic_auth_file=args.basic_auth_file,
             rack_budgets_file=args.rack_budgets,
             max_body_bytes=args.max_body_bytes,
+            reports_config=args.reports_config,
             workers=args.workers,
         )
     )

@@ -19,6 +19,7 @@ from gpuscope.dashboard.app import create_app
 from gpuscope.dashboard.auth import UsersFile, read_users
 from gpuscope.dashboard.context import DashboardOptions, read_rack_budgets
 from gpuscope.dashboard.server import THREADS_PER_WORKER, DashboardServer, serve_with_gunicorn
+from gpuscope.reports.config import load_reports_config
 
 # A web UI with logins off by default: loopback unless the operator says otherwise.
 DEFAULT_LISTEN = "127.0.0.1:8050"
@@ -33,6 +34,7 @@ class DashboardSettings:
     rack_budgets_file: Path | None = None  # YAML: rack (or cluster/rack) -> budget in kW
     refresh_ms: int | None = None  # None: the dashboard's default
     max_body_bytes: int | None = None  # None: the dashboard's default (1 MiB)
+    reports_config: Path | None = None  # YAML (docs/reports.md): the reports page's prices and grid intensity
     workers: int = 2  # gunicorn worker processes (run() only; build() serves in this process)
 
 
@@ -79,6 +81,8 @@ def _read_files(settings: DashboardSettings) -> tuple[DashboardOptions, UsersFil
         options = dataclasses.replace(options, refresh_ms=settings.refresh_ms)
     if settings.max_body_bytes is not None:
         options = dataclasses.replace(options, max_body_bytes=settings.max_body_bytes)
+    if settings.reports_config is not None:
+        options = dataclasses.replace(options, rates=load_reports_config(settings.reports_config).rates)
     users = read_users(settings.basic_auth_file) if settings.basic_auth_file else None
     return options, users
 
