@@ -231,7 +231,7 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure against the project's targets")
     bench.add_argument(
         "target",
-        choices=["exporter", "ingest", "query", "stragglers", "alerts", "dashboard", "health"],
+        choices=["exporter", "ingest", "query", "stragglers", "alerts", "dashboard", "health", "reports"],
         help="what to measure",
     )
     bench.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
@@ -257,6 +257,7 @@ def _run_bench(args: argparse.Namespace) -> None:
     from gpuscope.bench import alerts as alerts_bench
     from gpuscope.bench import dashboard as dashboard_bench
     from gpuscope.bench import exporter, health_evidence, ingest, query, stragglers, stragglers_live
+    from gpuscope.bench import reports as reports_bench
     from gpuscope.bench.report import emit
 
     logging.getLogger().setLevel(logging.WARNING)
@@ -268,6 +269,7 @@ def _run_bench(args: argparse.Namespace) -> None:
         "alerts": alerts_bench.run,
         "dashboard": dashboard_bench.run,
         "health": health_evidence.run,
+        "reports": reports_bench.run,
     }
     emit(args.target, runs[args.target](), args.json)
 
