@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 SETTLE = timedelta(minutes=2)  # minutes younger than this may still receive samples in the normal flow
 MAX_MINUTES_PER_PASS = 240
+MAX_MINUTES_PER_STATEMENT = 15
+MINUTE = timedelta(minutes=1)
 MAX_HOURS_PER_PASS = 48
 
 # rollup column -> raw column (sum and count are kept for each)
@@ -60,7 +62,7 @@ def _minute_sql() -> str:
         f"INSERT INTO gpu_rollup_1m (bucket, gpu_id, {', '.join(SUMMED)}, temp_max, sm_clock_min)"  # noqa: S608
         f" SELECT date_bin('1 minute', ts, 'epoch'), gpu_id, count(*), count(*) FILTER (WHERE up), {sums},"
         "        max(temp_c), min(sm_clock_mhz)"
-        " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(start)s + interval '1 minute'"
+        " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s"
         " GROUP BY 1, 2" + _upsert_tail("gpu_id, bucket")
     )
 
@@ -80,15 +82,16 @@ AGGREGATE_HOUR = _hour_sql()
 # Each GPU's energy counter at its first and last sample of the minute (collector/store/usage.py).
 ENERGY_MINUTE = (
     "INSERT INTO gpu_energy_1m (bucket, gpu_id, first_j, last_j)"
-    " SELECT %(start)s, gpu_id, (array_agg(energy_j ORDER BY ts))[1], (array_agg(energy_j ORDER BY ts DESC))[1]"
-    " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(start)s + interval '1 minute' AND energy_j IS NOT NULL"
-    " GROUP BY gpu_id ON CONFLICT (gpu_id, bucket) DO UPDATE SET first_j = EXCLUDED.first_j, last_j = EXCLUDED.last_j"
+    " SELECT date_bin('1 minute', ts, 'epoch'), gpu_id, (array_agg(energy_j ORDER BY ts))[1],"
+    " (array_agg(energy_j ORDER BY ts DESC))[1]"
+    " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s AND energy_j IS NOT NULL"
+    " GROUP BY 1, 2 ON CONFLICT (gpu_id, bucket) DO UPDATE SET first_j = EXCLUDED.first_j, last_j = EXCLUDED.last_j"
 )
 RACK_POWER = (
     "INSERT INTO rack_power_1m (bucket, cluster, rack, watts, gpus)"
     " SELECT r.bucket, n.cluster, n.rack, sum(r.power_sum / r.power_n), count(*)"
     " FROM gpu_rollup_1m r JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)"
-    " WHERE r.bucket = %(start)s AND r.power_n > 0 GROUP BY 1, 2, 3"
+    " WHERE r.bucket >= %(start)s AND r.bucket < %(end)s AND r.power_n > 0 GROUP BY 1, 2, 3"
     " ON CONFLICT (cluster, rack, bucket) DO UPDATE SET watts = EXCLUDED.watts, gpus = EXCLUDED.gpus"
 )
 
@@ -102,11 +105,12 @@ async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> in
         " WHERE bucket < %s ORDER BY bucket LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING bucket",
         (cutoff - timedelta(minutes=1), MAX_MINUTES_PER_PASS),
     )
-    minutes = [row[0] for row in await cur.fetchall()]
-    for minute in minutes:
-        await conn.execute(AGGREGATE_MINUTE, {"start": minute})
-        await conn.execute(ENERGY_MINUTE, {"start": minute})
-        await conn.execute(RACK_POWER, {"start": minute})
+    minutes = sorted(row[0] for row in await cur.fetchall())
+    for start, end in minute_runs(minutes):
+        span = {"start": start, "end": end}
+        await conn.execute(AGGREGATE_MINUTE, span)
+        await conn.execute(ENERGY_MINUTE, span)
+        await conn.execute(RACK_POWER, span)
     if minutes:
         await conn.execute(
             "INSERT INTO rollup_dirty_hour (bucket) SELECT DISTINCT date_trunc('hour', m)"
@@ -116,6 +120,18 @@ async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> in
         )
     await _roll_up_hours(conn, cutoff)
     return len(minutes)
+
+
+def minute_runs(minutes: list[datetime]) -> list[tuple[datetime, datetime]]:
+    """Consecutive minutes as [start, end) runs of at most MAX_MINUTES_PER_STATEMENT: one statement per run
+    (a replayed spool or a backfill dirties hours of minutes), each still a bounded piece of work."""
+    runs: list[tuple[datetime, datetime]] = []
+    for minute in minutes:
+        if runs and runs[-1][1] == minute and minute - runs[-1][0] < MAX_MINUTES_PER_STATEMENT * MINUTE:
+            runs[-1] = (runs[-1][0], minute + MINUTE)
+        else:
+            runs.append((minute, minute + MINUTE))
+    return runs
 
 
 async def _roll_up_hours(conn: AsyncConnection[Any], cutoff: datetime) -> None:

@@ -152,15 +152,15 @@ def _time_hour(dsn: str, gpus: int, now: datetime) -> dict[str, Any]:
         minutes = "FROM gpu, generate_series(%(lo)s::timestamptz, %(hi)s, interval '1 minute') AS m"
         params = {"lo": hour - timedelta(minutes=40), "hi": now + timedelta(minutes=30)}
         conn.execute(
-            "INSERT INTO gpu_rollup_1m (bucket, gpu_id, samples, up_samples, util_sum, util_n, sm_active_sum,"
+            "INSERT INTO gpu_rollup_1m (bucket, gpu_id, samples, up_samples, util_sum, util_n, sm_active_sum,"  # noqa: S608 (constants)
             " sm_active_n, tensor_sum, tensor_n, power_sum, power_n, temp_sum, temp_n, sm_clock_sum, sm_clock_n)"
             " SELECT m, gpu_id, 6, 6, 6 * ((gpu_id * 7 + extract(minute FROM m)::int) %% 100), 6,"
-            "   3 * ((gpu_id * 7) %% 100), 6, 60, 6, 2400, 6, 300, 6, 9000, 6 " + minutes,  # noqa: S608 (constants)
+            "   3 * ((gpu_id * 7) %% 100), 6, 60, 6, 2400, 6, 300, 6, 9000, 6 " + minutes,
             params,
         )
         conn.execute(
-            "INSERT INTO gpu_energy_1m (bucket, gpu_id, first_j, last_j)"
-            " SELECT m, gpu_id, extract(epoch FROM m) * 400, extract(epoch FROM m) * 400 + 20000 " + minutes,  # noqa: S608
+            "INSERT INTO gpu_energy_1m (bucket, gpu_id, first_j, last_j)"  # noqa: S608 (constants)
+            " SELECT m, gpu_id, extract(epoch FROM m) * 400, extract(epoch FROM m) * 400 + 20000 " + minutes,
             params,
         )
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -36,8 +36,16 @@ def test_each_tier_is_dropped_past_its_own_horizon(dsn: str) -> None:
             conn.execute("INSERT INTO gpu_rollup_1h SELECT * FROM gpu_rollup_1m WHERE bucket = %s", (at,))
             conn.execute("INSERT INTO rack_power_1m VALUES (%s, 'c', 'r', 100, 1)", (at,))
             conn.execute("INSERT INTO event (ts, node_id, kind) VALUES (%s, 1, 'xid')", (at,))
+            conn.execute("INSERT INTO gpu_energy_1m VALUES (%s, 1, 0, 1)", (at,))
+            conn.execute("INSERT INTO usage_hour VALUES (%s, %s, true)", (at, at))
+            conn.execute(
+                "INSERT INTO usage_1h VALUES (%s, 'j', 'H100', NULL, NULL, NULL, NULL, 1, 3600, 3600,"
+                " 0, 0, 0, 0, 0, 0, 0)",
+                (at,),
+            )
     deleted = run_apply(dsn, Retention())  # 30 / 90 / 730 days
-    assert deleted == {"gpu_rollup_1m": 2, "rack_power_1m": 2, "gpu_rollup_1h": 1, "event": 1, "straggler": 0}
+    assert deleted == {"gpu_rollup_1m": 2, "rack_power_1m": 2, "gpu_energy_1m": 2, "gpu_rollup_1h": 1, "event": 1,
+                       "straggler": 0, "usage_1h": 1, "usage_hour": 1}  # fmt: skip
     with psycopg.connect(dsn) as conn:
 
         def ages(table: str, column: str = "bucket") -> list[int]:

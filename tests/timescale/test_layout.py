@@ -34,7 +34,8 @@ LOAD = [
     "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct, power_w, temp_c, sm_active_pct, energy_j)"
     " SELECT %(t0)s + s * interval '1 second', g, true, (s / 30 + g * 7) %% 101, 200 + g * 10 + (s / 30) %% 13,"
     "        40 + g, ((s / 30) * g) %% 100,"
-    "        CASE WHEN g = 3 THEN NULL WHEN g = 2 AND s >= 5400 THEN (s - 5400) * 220.0 ELSE 1e6 + s * (200 + g * 10.0) END"
+    "        CASE WHEN g = 3 THEN NULL WHEN g = 2 AND s >= 5400 THEN (s - 5400) * 220.0"
+    "             ELSE 1e6 + s * (200 + g * 10.0) END"
     " FROM generate_series(0, 3 * 3600 - 30, 30) s, generate_series(1, 4) g WHERE g <> 4 OR (s / 30) %% 7 <> 0",
     "INSERT INTO ib_port_sample (ts, port_id, xmit_bytes, state)"
     " SELECT %(t0)s + s * interval '1 second', p, (1000 * p * s)::bigint, 4"
