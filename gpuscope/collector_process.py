@@ -126,11 +126,13 @@ def parts(settings: CollectorSettings) -> tuple[Part, ...]:
     found = [stragglers_part(settings.straggler_interval_s)] if settings.stragglers else []
     policy = load_policy(settings.health_policy) if settings.health_policy else None
     reports = load_reports_config(settings.reports_config) if settings.reports_config else None
+    # The digest's files (url_file, password_file) are read beside the configuration that names them.
+    base = settings.reports_config.parent if settings.reports_config else Path()
     return (
         *found,
         alerts_part(alert_engine(settings)),
         health_part(policy, run_loop=settings.health),
-        reports_part(reports),
+        reports_part(reports, base=base),
     )
 
 

@@ -60,6 +60,13 @@ ROUTES = [
     ("GET", "/api/v1/health/actions"),
     ("PUT", "/api/v1/health/nodes/{cluster}/{node}/hold"),
     ("DELETE", "/api/v1/health/nodes/{cluster}/{node}/hold"),
+    ("GET", "/api/v1/reports/usage"),
+    ("GET", "/api/v1/reports/jobs/{job_id}"),
+    ("GET", "/api/v1/reports/grid"),
+    ("PUT", "/api/v1/reports/grid"),
+    ("GET", "/api/v1/reports/opt-out"),
+    ("PUT", "/api/v1/reports/opt-out/{user}"),
+    ("DELETE", "/api/v1/reports/opt-out/{user}"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
 ]
