@@ -60,10 +60,14 @@ def run_demo(options: DemoOptions) -> None:
 
         token = secrets.token_urlsafe(32)
         token_or_generate(None, data_dir, "admin-token")  # silences from the dashboard need it
+        # Usage reports priced as a site would (docs/reports.md): the simulated GPUs are H100s.
+        reports = data_dir / "reports.yaml"
+        reports.write_text("currency: EUR\nprices:\n  - {model: '*H100*', per_gpu_hour: 2.50}\ngrid_g_per_kwh: 350\n")
         settings = CollectorSettings(
             listen=f"{HOST}:{options.collector_port}",
             data_dir=data_dir,
             admin_token_file=data_dir / "admin-token",
+            reports_config=reports,
             # alerts: the shipped rules, kept and shown, sent nowhere (no notify config)
         )
         collector = BackgroundServer(build_collector(settings, pg.dsn, token), HOST, options.collector_port)
@@ -85,6 +89,7 @@ def run_demo(options: DemoOptions) -> None:
             listen=f"{HOST}:{options.dashboard_port}",
             collector_url=push_url,
             rack_budgets_file=budgets,
+            reports_config=reports,
         )
         dashboard = stack.enter_context(build_dashboard(dashboard_settings))
         dashboard.start()
@@ -97,6 +102,7 @@ def run_demo(options: DemoOptions) -> None:
             f"gpuscope demo: {gpus} simulated GPUs on {options.nodes} nodes in {options.racks} racks\n"
             f"  dashboard  {site}\n"
             f"  alerts     {site}/alerts\n"
+            f"  reports    {site}/reports  (usage accounting: from the first settled minutes on)\n"
             f"  collector  {push_url}/docs  (the HTTP API)\n"
             f"  data       {data_dir}{'' if options.data_dir else ' (temporary)'}\n"
             f"  admin      token for silences in {data_dir / 'admin-token'}\n"
