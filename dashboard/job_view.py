@@ -11,6 +11,7 @@ from typing import Any
 from gpuscope.collector import query
 from gpuscope.dashboard import time_ranges
 from gpuscope.dashboard.components import query_params, query_string
+from gpuscope.dashboard.sorting import next_sort
 
 STATES = {"running": "running", "ended": "ended", "all": "all"}
 QUERY_STATES: dict[str, query.JobState] = {"running": "running", "ended": "finished", "all": "all"}
@@ -122,10 +123,8 @@ class JobsView:
         return self.sort.startswith("-")
 
     def sorted_by(self, key: str) -> JobsView:
-        """This view sorted by `key`: the other way round if it already is, else its natural first way."""
-        if self.sort_key == key:
-            return replace(self, sort=key if self.descending else f"-{key}")
-        return replace(self, sort=f"-{key}" if BY_KEY[key].descending_first else key)
+        """This view sorted by `key` (dashboard/sorting.py)."""
+        return replace(self, sort=next_sort(self.sort, key, BY_KEY[key].descending_first))
 
     @property
     def filtered(self) -> bool:

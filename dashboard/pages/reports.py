@@ -25,6 +25,7 @@ from gpuscope.dashboard.components import MUTED, banner, guarded, job_href, noth
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import message_figure, plain
 from gpuscope.dashboard.html_table import element, escape, link, span
+from gpuscope.dashboard.sorting import next_sort
 
 TITLE = "Reports"
 RANGES = {"24h": 24 * 3600, "7d": 7 * 86400, "30d": 30 * 86400}
@@ -148,10 +149,8 @@ class ReportsView:
         return self.sort.startswith("-")
 
     def sorted_by(self, key: str) -> ReportsView:
-        """This view sorted by `key`: the other way round if it already is, else its natural first way."""
-        if self.sort_key == key:
-            return replace(self, sort=key if self.descending else f"-{key}")
-        return replace(self, sort=f"-{key}" if BY_KEY[key].numeric else key)
+        """This view sorted by `key` (dashboard/sorting.py)."""
+        return replace(self, sort=next_sort(self.sort, key, BY_KEY[key].numeric))
 
 
 def load(pool: ConnectionPool[Any], rates: Rates, view: ReportsView) -> UsageReport:

@@ -1,0 +1,11 @@
+"""Sortable tables' order in the URL: "key" ascending, "-key" descending, shared by the jobs and reports pages."""
+
+from __future__ import annotations
+
+
+def next_sort(sort: str, key: str, descending_first: bool) -> str:
+    """The order after a click on `key`: the other way round if the table is sorted by it already, else the
+    column's natural first way (numbers: largest first)."""
+    if sort.lstrip("-") == key:
+        return key if sort.startswith("-") else f"-{key}"
+    return f"-{key}" if descending_first else key
