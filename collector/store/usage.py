@@ -157,10 +157,15 @@ def usage_params(lo: datetime, hi: datetime, now: datetime, job: str | None = No
     }
 
 
-async def compute_hour(conn: AsyncConnection[Any], hour: datetime, now: datetime) -> None:
-    """Rebuild usage_1h's rows of `hour` (its start) from the minute rollups, and record it."""
+async def compute_hour(conn: AsyncConnection[Any], hour: datetime, now: datetime) -> bool:
+    """Rebuild usage_1h's rows of `hour` (its start) from the minute rollups, and record it; False (nothing
+    done) while another collector replica is computing usage."""
     final = now >= hour + timedelta(hours=1) + FINAL_AFTER
     async with conn.transaction():
+        # A transaction's lock: it cannot outlive a failed statement on a pooled connection.
+        locked = await (await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (USAGE_LOCK_KEY,))).fetchone()
+        if not (locked and locked[0]):
+            return False
         await conn.execute("DELETE FROM usage_1h WHERE bucket = %s", (hour,))
         await conn.execute(HOUR_INSERT, usage_params(hour, hour + timedelta(hours=1), now))
         await conn.execute(
@@ -168,6 +173,7 @@ async def compute_hour(conn: AsyncConnection[Any], hour: datetime, now: datetime
             " ON CONFLICT (bucket) DO UPDATE SET computed_at = EXCLUDED.computed_at, final = EXCLUDED.final",
             (hour, now, final),
         )
+    return True
 
 
 # Hours from the first allocation (at most `keep` back) to now that were never computed, or may have
@@ -197,24 +203,16 @@ async def update_usage(
 ) -> int:
     """Compute the hours that are due, newest first, for at most `budget_s`; returns how many. `keep`:
     how far back to fill (the minute rollups' retention: older hours have no minutes to read). One collector
-    replica at a time: another's pass in progress makes this one return 0."""
+    replica at a time: another's work in progress ends this pass."""
     now = now or datetime.now(UTC)
-    if not await _try_lock(conn):
-        return 0
-    try:
-        started, done = time.monotonic(), 0
-        for hour in await due_hours(conn, now, keep):
-            await compute_hour(conn, hour, now)
-            if not conn.autocommit:  # a pool's connection: each hour lands on its own
-                await conn.commit()
-            done += 1
-            if time.monotonic() - started >= budget_s:
-                break
-        return done
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock(%s)", (USAGE_LOCK_KEY,))
-
-
-async def _try_lock(conn: AsyncConnection[Any]) -> bool:
-    row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (USAGE_LOCK_KEY,))).fetchone()
-    return bool(row and row[0])
+    started, done = time.monotonic(), 0
+    for hour in await due_hours(conn, now, keep):
+        computed = await compute_hour(conn, hour, now)
+        if not conn.autocommit:  # a pool's connection: each hour lands on its own, and its lock goes
+            await conn.commit()
+        if not computed:
+            break
+        done += 1
+        if time.monotonic() - started >= budget_s:
+            break
+    return done

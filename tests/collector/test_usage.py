@@ -193,3 +193,18 @@ def test_hours_are_computed_once_final_and_again_when_due(seeded: tuple[str, dat
     assert hours == [(base, True), (base + timedelta(hours=1), True)]
     later = datetime.now(UTC)
     assert asyncio.run(again(later)) <= 1, "final hours are not computed again; at most the running hour is"
+
+
+def test_one_replica_computes_at_a_time(seeded: tuple[str, datetime]) -> None:
+    dsn, _ = seeded
+
+    async def update() -> int:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            return await usage.update_usage(conn, keep=timedelta(days=1))
+
+    with psycopg.connect(dsn, autocommit=True) as other:
+        other.execute("DELETE FROM usage_hour")
+        other.execute("SELECT pg_advisory_lock(%s)", (usage.USAGE_LOCK_KEY,))  # another replica at work
+        assert asyncio.run(update()) == 0
+        other.execute("SELECT pg_advisory_unlock(%s)", (usage.USAGE_LOCK_KEY,))
+    assert asyncio.run(update()) > 2, "every hour since the first allocation is due again"
