@@ -10,7 +10,7 @@ from typing import Any
 
 from psycopg import Connection
 
-from gpuscope.collector.query.usage import JOULES_PER_KWH, Figures, Rates, active_basis
+from gpuscope.collector.query.usage import JOULES_PER_KWH, Figures, Rates, figures_from_sums
 from gpuscope.collector.store.usage import PER_GPU_SELECT, usage_params
 
 
@@ -55,6 +55,9 @@ _MEMORY = (
     "    AND s.ts < coalesce(a.ended_at, %(now)s)) END"
     " FROM job_allocation a WHERE a.job_id = %(job)s"
 )
+# PER_GPU_SELECT's columns the job's figures add up, in figures_from_sums' order: seconds held, measured,
+# active, active on SM activity, tensor-active and idle, joules, and seconds with the energy counter.
+_SUMMED = (13, 14, 15, 16, 17, 19, 20, 21)
 # The grid intensity the job's energy met: each hour's energy (usage_1h) weighted by that hour's intensity.
 _GRID = (
     "SELECT sum(u.energy_j * coalesce((SELECT g_per_kwh FROM grid_intensity WHERE ts <= u.bucket"
@@ -81,20 +84,20 @@ def job_report(
     memory = dict(conn.execute(_MEMORY, {"job": job_id, "now": now}).fetchall())
     grid = conn.execute(_GRID, {"job": job_id, "grid": rates.grid_g_per_kwh, "start": start}).fetchone()
     g_per_kwh = grid[0] if grid and grid[0] is not None else grid[1] if grid else rates.grid_g_per_kwh
-    per_gpu, sums = [], [0.0] * 9
-    cost: float | None = None
+    per_gpu = []
+    totals = [0.0] * len(_SUMMED)
     unpriced = 0.0
+    priced: float | None = None  # price x seconds held, over the GPUs whose model has a price
     for row in rows:
-        alloc_id, node, index, _, profile, model, *_, lo, hi, _share, held, measured = row[:15]
-        active, active_sm, tensor, _tensor_measured, idle, joules, counter_s = row[15:22]
+        alloc_id, node, index, _, profile, model, *_, lo, hi, _share, held = row[:14]
+        active, _, _, _, idle, joules = row[15:21]
         util_mean, sm_mean, tensor_mean, power_mean = row[22:26]
-        for i, value in enumerate((held, measured, active, active_sm, tensor, idle, joules, counter_s)):
-            sums[i] += value
+        totals = [total + row[i] for total, i in zip(totals, _SUMMED, strict=True)]
         price = rates.price(model)
         if price is None:
             unpriced += held
         else:
-            cost = (cost or 0.0) + held / 3600 * price
+            priced = (priced or 0.0) + held * price
         per_gpu.append(
             GpuUsage(
                 node=node,
@@ -114,21 +117,9 @@ def job_report(
                 energy_kwh=joules / JOULES_PER_KWH,
             )
         )
-    held, measured, active, active_sm, tensor, idle, joules, counter_s, _ = sums
     first = rows[0] if rows else None
-    figures = Figures(
-        gpu_hours_allocated=held / 3600,
-        gpu_hours_measured=measured / 3600,
-        gpu_hours_active=active / 3600,
-        gpu_hours_tensor_active=tensor / 3600,
-        gpu_hours_idle=idle / 3600,
-        energy_kwh=joules / JOULES_PER_KWH,
-        cost=cost,
-        co2_kg=joules / JOULES_PER_KWH * g_per_kwh / 1000,
-        unpriced_gpu_hours=unpriced / 3600,
-        active_basis=active_basis(measured, active_sm),
-        energy_from_counter=counter_s / measured if measured else 0.0,
-    )
+    joules = totals[6]
+    figures = figures_from_sums([*totals, joules * g_per_kwh, priced, unpriced])
     return JobReport(
         job=job_id,
         user=first[6] if first else None,

@@ -150,9 +150,9 @@ def usage_report(
     with conn.transaction():
         conn.execute(_SETTINGS)
         rows = conn.execute(sql.SQL(_REPORT).format(key=sql.Identifier(_COLUMN[by])), params).fetchall()
-    out, totals, jobs = [], _figures(None), 0
+    out, totals, jobs = [], figures_from_sums(None), 0
     for total, key, *sums in rows:
-        figures = _figures(sums[:11])
+        figures = figures_from_sums(sums[:11])
         if total:
             totals, jobs = figures, sums[11]
         else:
@@ -165,8 +165,10 @@ def usage_report(
     return UsageReport(lo, hi, by, out, totals, jobs, rates.currency, computed[0] if computed else None)
 
 
-def _figures(sums: list[Any] | None) -> Figures:
-    """Figures from the report's sums (seconds, joules, joules x g/kWh, price x seconds), or all zero."""
+def figures_from_sums(sums: list[Any] | None) -> Figures:
+    """Figures from sums in seconds and joules: allocated, measured, active, active on SM activity, tensor,
+    idle, energy, energy-from-counter seconds, energy x g/kWh, price x seconds (None: no price), unpriced;
+    None: all zero."""
     allocated, measured, active, active_sm, tensor, idle, joules, counter_s, joules_g, cost, unpriced = sums or [
         0.0
     ] * 9 + [None, 0.0]
