@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
+from gpuscope.reports.text import one_line
 from gpuscope.reports.verdicts import verdicts
 
 DIMENSIONS = ("user", "account", "partition", "namespace", "model", "job")
@@ -60,10 +61,10 @@ def job_text(report: dict[str, Any]) -> str:
     f = report
     end = f["end"] or "running"
     basis = {"sm_active": "SM activity", "util": "utilisation", "mixed": "SM activity or utilisation"}
-    where = "   ".join(f"{k.title()}: {_clean(f[k])}" for k in ("account", "partition", "namespace") if f[k])
+    where = "   ".join(f"{k.title()}: {one_line(f[k])}" for k in ("account", "partition", "namespace") if f[k])
     lines = [
         "=" * 78,
-        f"  Job {_clean(f['job'])}   User: {_clean(f['user'] or '-')}   {where}".rstrip(),
+        f"  Job {one_line(f['job'], limit=400)}   User: {one_line(f['user'], missing='-')}   {where}".rstrip(),
         f"  Start: {f['start']}   End: {end}   GPUs: {f['gpus']}",
         f"  GPU-hours: {f['gpu_hours_allocated']:.2f} allocated, {f['gpu_hours_active']:.2f} active"
         f" ({basis.get(f['active_basis'], 'no activity readings')}), {f['gpu_hours_idle']:.2f} held idle",
@@ -75,8 +76,9 @@ def job_text(report: dict[str, Any]) -> str:
     ]
     for g in f["per_gpu"]:
         gpu = f"{g['gpu']}" + (f"/{g['mig_profile']}" if g["mig_profile"] else "")
+        node = one_line(g["node"])[:16]
         lines.append(
-            f"  {_clean(g['node'])[:16]:<16} {gpu:>4} {_pct(g['util_mean_pct']):>7} {_pct(g['sm_active_mean_pct']):>6}"
+            f"  {node:<16} {gpu:>4} {_pct(g['util_mean_pct']):>7} {_pct(g['sm_active_mean_pct']):>6}"
             f" {_pct(g['tensor_active_mean_pct']):>8} {_bytes(g['mem_max_bytes']):>9}"
             f" {_num(g['power_mean_w'], 0):>8} {g['energy_kwh']:>7.2f} {g['idle_hours']:>7.1f}"
         )
@@ -106,7 +108,7 @@ def _run_usage(args: argparse.Namespace) -> int:
     )
     for row in [*body["rows"], {**body["totals"], "key": "(all)"}]:
         cost = "-" if row["cost"] is None else f"{row['cost']:.2f}"
-        key = "(none)" if row["key"] is None else _clean(row["key"])[:24]
+        key = one_line(row["key"])[:24]
         print(
             f"{key:<24} {row['jobs']:>6} {row['gpu_hours_allocated']:>10.1f} {row['gpu_hours_active']:>9.1f}"
             f" {row['gpu_hours_idle']:>9.1f} {row['energy_kwh']:>9.1f} {row['co2_kg']:>8.1f} {cost:>10}"
@@ -146,11 +148,6 @@ def read_grid_csv(path: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"line {number}: the time needs a UTC offset, e.g. 2026-11-20T12:00:00Z")
             points.append({"ts": at.isoformat(), "g_per_kwh": value})
     return points
-
-
-def _clean(text: str) -> str:
-    """Names come from schedulers and users: no control characters reach the terminal."""
-    return "".join(c if c.isprintable() else "?" for c in str(text))
 
 
 def _pct(value: float | None) -> str:

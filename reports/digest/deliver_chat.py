@@ -18,7 +18,7 @@ from gpuscope.reports.digest.post import post_json
 from gpuscope.reports.digest.result import DigestResult, next_state
 from gpuscope.reports.digest.settings import DigestSettings
 from gpuscope.reports.digest.summary import account_summaries
-from gpuscope.reports.digest.text import one_line
+from gpuscope.reports.text import one_line
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from gpuscope.reports.digest import records
 from gpuscope.reports.digest.mailer import Mailer, MailOutcome, ServerUnavailable
 from gpuscope.reports.digest.result import DigestResult, next_state
 from gpuscope.reports.digest.settings import DigestSettings, EmailSettings
-from gpuscope.reports.digest.text import one_line
 from gpuscope.reports.digest.waste import user_waste, wasteful_users
 from gpuscope.reports.digest.waste_email import waste_email
+from gpuscope.reports.text import one_line
 
 log = logging.getLogger(__name__)
 

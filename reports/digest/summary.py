@@ -10,7 +10,7 @@ from datetime import date, timedelta
 
 from gpuscope.alerts.notify.escape import Escape, plain
 from gpuscope.collector.query.usage import Figures, UsageReport
-from gpuscope.reports.digest.text import hours, one_line, share
+from gpuscope.reports.text import hours, one_line, share
 
 NO_ACCOUNT = "(no account)"
 

@@ -13,8 +13,8 @@ from datetime import date, datetime, timedelta
 from email.message import EmailMessage
 
 from gpuscope.reports.digest.settings import EmailSettings
-from gpuscope.reports.digest.text import hours, one_line, share
 from gpuscope.reports.digest.waste import JobWaste, UserWaste
+from gpuscope.reports.text import hours, one_line, share
 
 DEFAULT_OPT_OUT = (
     "To stop these emails, ask the cluster's administrators to opt you out of gpuscope's usage emails"

@@ -1,4 +1,4 @@
-"""Names from the schedulers (users, accounts, job ids) made safe to print on one line, and the numbers
+"""Names from the schedulers (users, accounts, job ids, nodes) made safe to print on one line, and the numbers
 as the digests write them."""
 
 from __future__ import annotations
