@@ -11,7 +11,7 @@ from typing import Any
 from gpuscope.collector import query
 from gpuscope.dashboard import time_ranges
 from gpuscope.dashboard.components import query_params, query_string
-from gpuscope.dashboard.sorting import next_sort
+from gpuscope.dashboard.sorting import SortedView, next_sort
 
 STATES = {"running": "running", "ended": "ended", "all": "all"}
 QUERY_STATES: dict[str, query.JobState] = {"running": "running", "ended": "finished", "all": "all"}
@@ -79,7 +79,7 @@ BY_KEY = {c.key: c for c in COLUMNS}
 
 
 @dataclass(frozen=True)
-class JobsView:
+class JobsView(SortedView):
     state: str = "all"
     range_key: str = "24h"
     user: str = ""
@@ -113,14 +113,6 @@ class JobsView:
                 "sort": self.sort,
             }
         )
-
-    @property
-    def sort_key(self) -> str:
-        return self.sort.lstrip("-")
-
-    @property
-    def descending(self) -> bool:
-        return self.sort.startswith("-")
 
     def sorted_by(self, key: str) -> JobsView:
         """This view sorted by `key` (dashboard/sorting.py)."""

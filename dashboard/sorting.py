@@ -9,3 +9,17 @@ def next_sort(sort: str, key: str, descending_first: bool) -> str:
     if sort.lstrip("-") == key:
         return key if sort.startswith("-") else f"-{key}"
     return f"-{key}" if descending_first else key
+
+
+class SortedView:
+    """A view whose `sort` field holds its table's order ("key" or "-key")."""
+
+    sort: str
+
+    @property
+    def sort_key(self) -> str:
+        return self.sort.lstrip("-")
+
+    @property
+    def descending(self) -> bool:
+        return self.sort.startswith("-")

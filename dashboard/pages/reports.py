@@ -25,7 +25,7 @@ from gpuscope.dashboard.components import MUTED, banner, guarded, job_href, noth
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import message_figure, plain
 from gpuscope.dashboard.html_table import element, escape, link, span
-from gpuscope.dashboard.sorting import next_sort
+from gpuscope.dashboard.sorting import SortedView, next_sort
 
 TITLE = "Reports"
 RANGES = {"24h": 24 * 3600, "7d": 7 * 86400, "30d": 30 * 86400}
@@ -115,7 +115,7 @@ def valid_range(key: str | None) -> bool:
 
 
 @dataclass(frozen=True)
-class ReportsView:
+class ReportsView(SortedView):
     """What the page shows, as its URL says it."""
 
     range_key: str = DEFAULT_RANGE  # a key of RANGES, or a span FROM..TO in UTC (time_ranges.py)
@@ -139,14 +139,6 @@ class ReportsView:
         if self.range_key in RANGES:
             return query.last(RANGES[self.range_key], now)
         return time_ranges.parse(self.range_key, now)
-
-    @property
-    def sort_key(self) -> str:
-        return self.sort.lstrip("-")
-
-    @property
-    def descending(self) -> bool:
-        return self.sort.startswith("-")
 
     def sorted_by(self, key: str) -> ReportsView:
         """This view sorted by `key` (dashboard/sorting.py)."""
