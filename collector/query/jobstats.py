@@ -10,7 +10,7 @@ from typing import Any
 
 from psycopg import Connection
 
-from gpuscope.collector.query.usage import JOULES_PER_KWH, Figures, Rates, figures_from_sums
+from gpuscope.collector.query.usage import JOULES_PER_KWH, Figures, Rates, figures_from_sums, intensity_at
 from gpuscope.collector.store.usage import PER_GPU_SELECT, usage_params
 
 
@@ -60,10 +60,8 @@ _MEMORY = (
 _SUMMED = (13, 14, 15, 16, 17, 19, 20, 21)
 # The grid intensity the job's energy met: each hour's energy (usage_1h) weighted by that hour's intensity.
 _GRID = (
-    "SELECT sum(u.energy_j * coalesce((SELECT g_per_kwh FROM grid_intensity WHERE ts <= u.bucket"
-    "   ORDER BY ts DESC LIMIT 1), %(grid)s)) / nullif(sum(u.energy_j), 0),"
-    " coalesce((SELECT g_per_kwh FROM grid_intensity WHERE ts <= %(start)s ORDER BY ts DESC LIMIT 1), %(grid)s)"
-    " FROM usage_1h u WHERE u.job_id = %(job)s"
+    f"SELECT sum(u.energy_j * {intensity_at('u.bucket')}) / nullif(sum(u.energy_j), 0),"  # noqa: S608 (constants)
+    f" {intensity_at('%(start)s')} FROM usage_1h u WHERE u.job_id = %(job)s"
 )
 
 

@@ -109,9 +109,15 @@ def whole_hours(time_range: TimeRange) -> tuple[datetime, datetime]:
 
 # Per job first (a hash aggregate: a job counted once per key, without DISTINCT's sort), then per key and in
 # all. The grid is an array of the range's hourly intensities, read by each row's hour: no join per row.
+def intensity_at(at: str) -> str:
+    """SQL for the grid's intensity at the time `at` (a column or parameter, never input): the loaded value
+    holding then, else the configured constant (parameter `grid`)."""
+    return f"coalesce((SELECT g_per_kwh FROM grid_intensity WHERE ts <= {at} ORDER BY ts DESC LIMIT 1), %(grid)s)"  # noqa: S608
+
+
 _REPORT = (
-    "WITH grid AS MATERIALIZED (SELECT array_agg(coalesce((SELECT g_per_kwh FROM grid_intensity WHERE ts <= h"
-    "   ORDER BY ts DESC LIMIT 1), %(grid)s) ORDER BY h) AS g FROM generate_series(%(lo)s::timestamptz,"
+    "WITH grid AS MATERIALIZED (SELECT array_agg(" + intensity_at("h") + " ORDER BY h) AS g"  # noqa: S608
+    "   FROM generate_series(%(lo)s::timestamptz,"
     "   %(hi)s::timestamptz - interval '1 hour', interval '1 hour') AS h),"
     " price AS (SELECT * FROM unnest(%(models)s::text[], %(prices)s::float8[]) AS p(model, per_hour)),"
     " per_job AS MATERIALIZED (SELECT {key} AS key, job_id, sum(allocated_s) AS a, sum(measured_s) AS m,"
