@@ -38,3 +38,28 @@ def test_empty_input_is_a_valid_copy(dsn: str) -> None:
         with conn.cursor().copy("COPY t FROM STDIN (FORMAT BINARY)") as copy:
             copy.write(encode([CopyColumn("float4", np.array([], dtype=np.float64))]))
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def test_rows_without_nulls_take_one_layout_and_come_back_in_order(dsn: str) -> None:
+    """The common case (every row reports every column) is written as one block: values, order and the
+    integer extremes survive it."""
+    rng = np.random.default_rng(5)
+    n = 1000
+    ts = 1_790_000_000 + np.arange(n) * 0.5
+    big = rng.integers(-(2**62), 2**62, n)
+    big[:2] = [2**63 - 1, -(2**63) + 1]
+    real = rng.random(n).astype(np.float32).astype(np.float64)  # exact in float4
+    columns = [
+        CopyColumn("timestamptz", ts),
+        CopyColumn("int4", np.arange(n)),
+        CopyColumn("int8", big),
+        CopyColumn("float4", real),
+    ]
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CREATE TEMP TABLE t (ts timestamptz, i int4, l int8, r real)")
+        with conn.cursor().copy("COPY t FROM STDIN (FORMAT BINARY)") as copy:
+            copy.write(encode(columns))
+        rows = conn.execute("SELECT extract(epoch FROM ts)::float8, i, l, r FROM t ORDER BY i").fetchall()
+    assert [r[0] for r in rows] == ts.tolist()
+    assert [r[2] for r in rows] == big.tolist()
+    assert np.array([r[3] for r in rows], dtype=np.float32).tolist() == real.astype(np.float32).tolist()
