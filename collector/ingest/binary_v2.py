@@ -116,6 +116,27 @@ def _spec(doc: dict[str, Any], key: str) -> tuple[int, list[str]]:
     return rows, keys
 
 
+# Per (block, keys as sent): the block's columns known, their rows in the block, and the keys not known.
+# A kind of node sends the same keys in every batch; bounded, as a sender chooses its lists.
+_KnownKeys = tuple[list[Column], list[int], list[str]]
+_known: dict[tuple[str, tuple[str, ...]], _KnownKeys] = {}
+MAX_KEY_LISTS = 256
+
+
+def _known_keys(block: str, columns: Sequence[Column], keys: tuple[str, ...]) -> _KnownKeys:
+    found = _known.get((block, keys))
+    if found is None:
+        if len(_known) >= MAX_KEY_LISTS:
+            _known.clear()
+        by_key = {c.key: c for c in columns}
+        found = _known[(block, keys)] = (
+            [by_key[k] for k in keys if k in by_key],
+            [i for i, k in enumerate(keys) if k in by_key],
+            [k for k in keys if k not in by_key],
+        )
+    return found
+
+
 def _block(
     body: Body,
     spec: tuple[int, list[str]],
@@ -130,10 +151,10 @@ def _block(
     rows, keys = spec
     ts = body.take("<f8", rows, loc)
     matrix = body.take("<f8", rows * len(keys), loc).reshape(len(keys), rows)
-    known = {c.key: c for c in columns}
-    present = [known[k] for k in keys if k in known]
-    ignored.update(k for k in keys if k not in known)
-    matrix = matrix[[i for i, k in enumerate(keys) if k in known]]
+    present, kept, unknown = _known_keys(key, columns, tuple(keys))
+    ignored.update(unknown)
+    if len(kept) != len(keys):
+        matrix = matrix[kept]
     job = body.take("<i4", rows, loc) if job_count is not None else None
     device_key = "gpu" if key == "gpu_samples" else "port"
     device = body.take("<u2", rows, loc)

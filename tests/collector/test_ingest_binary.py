@@ -123,3 +123,11 @@ def test_broken_binary_body_is_refused_and_nothing_written(
 def test_unknown_content_type_gets_415(collector: RunningCollector) -> None:
     response = send(collector, binary_batch(), content_type="application/x-protobuf")
     assert response.status_code == 415 and "application/json" in response.text
+
+
+def test_every_column_has_finite_bounds() -> None:
+    """Ingest's range check relies on it: an infinity falls outside finite bounds, so no separate isinf."""
+    from gpuscope.collector.store.columns import GPU_COLUMNS, MIG_COLUMNS, PORT_COLUMNS
+
+    for column in (*GPU_COLUMNS, *PORT_COLUMNS, *MIG_COLUMNS):
+        assert np.isfinite(column.float_bounds).all(), column.key
