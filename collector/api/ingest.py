@@ -7,10 +7,11 @@ import functools
 import logging
 import time
 
+import orjson
 import psycopg
 import psycopg_pool
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from gpuscope.collector.api.auth import ANY_NODE
@@ -100,20 +101,20 @@ async def push_samples(request: Request, state: IngestStateDep) -> JSONResponse:
     finally:
         state.write_slots.release()
 
-    state.metrics.batches.labels("duplicate" if result.duplicate else "stored").inc()
-    state.metrics.rows.labels("gpu").inc(result.gpu_rows)
-    state.metrics.rows.labels("port").inc(result.port_rows)
-    state.metrics.rows.labels("mig").inc(result.mig_rows)
-    state.metrics.seconds.observe(time.perf_counter() - started)
-    return JSONResponse(
-        {
-            "duplicate": result.duplicate,
-            "gpu_rows": result.gpu_rows,
-            "port_rows": result.port_rows,
-            "mig_rows": result.mig_rows,
-            "ignored_fields": list(batch.ignored_fields),
-        }
-    )
+    metrics = state.metrics
+    (metrics.duplicate if result.duplicate else metrics.stored).inc()
+    metrics.gpu_rows.inc(result.gpu_rows)
+    metrics.port_rows.inc(result.port_rows)
+    metrics.mig_rows.inc(result.mig_rows)
+    metrics.seconds.observe(time.perf_counter() - started)
+    answer = {
+        "duplicate": result.duplicate,
+        "gpu_rows": result.gpu_rows,
+        "port_rows": result.port_rows,
+        "mig_rows": result.mig_rows,
+        "ignored_fields": list(batch.ignored_fields),
+    }
+    return Response(orjson.dumps(answer), media_type="application/json")
 
 
 async def _decode(request: Request, state: IngestStateDep, scope: tuple[str, str] | None) -> Batch:

@@ -22,6 +22,12 @@ class IngestMetrics:
             registry=registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        # The children every stored batch touches, looked up once (labels() takes a lock and a lookup)
+        self.stored = self.batches.labels("stored")
+        self.duplicate = self.batches.labels("duplicate")
+        self.gpu_rows = self.rows.labels("gpu")
+        self.port_rows = self.rows.labels("port")
+        self.mig_rows = self.rows.labels("mig")
 
 
 # Bodies decoded in worker threads at once: each may take up to a few hundred MB while it is parsed.
