@@ -62,7 +62,7 @@ class IngestOut(BaseModel):
     # The route reads its body itself (FastAPI parses nothing): this only documents it.
     openapi_extra={"requestBody": REQUEST_BODY, "parameters": [CONTENT_ENCODING]},
 )
-async def push_samples(request: Request, state: IngestStateDep) -> JSONResponse:
+async def push_samples(request: Request, state: IngestStateDep) -> Response:
     started = time.perf_counter()
     allowed = state.auth.identify(request.headers.get("authorization"))
     if allowed is None:

@@ -155,3 +155,26 @@ def get_fleet(pool: ReadPoolDep) -> FleetOut:
     with pool.connection() as conn:
         summary = query.fleet_summary(conn)
     return FleetOut(**vars(summary))
+
+
+class TopGpuOut(BaseModel):
+    gpu: GpuOut
+    ts: datetime = Field(description="the GPU's newest sample")
+    value: float
+
+
+@router.get(
+    "/top",
+    response_model=list[TopGpuOut],
+    summary="GPUs ranked by a metric's newest value (sampled within the last 2 minutes): the hottest now",
+)
+def get_top(
+    pool: ReadPoolDep,
+    metric: str = "temp_c",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    order: query.top.Order = "desc",
+) -> list[TopGpuOut]:
+    _check_metric(metric)
+    with pool.connection() as conn:
+        found = query.top_gpus(conn, metric, limit, order)
+    return [TopGpuOut(gpu=gpu_out(row.gpu), ts=row.ts, value=row.value) for row in found]

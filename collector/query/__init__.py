@@ -21,6 +21,7 @@ from gpuscope.collector.query.rack_power import RackPower, rack_nameplate_w, rac
 from gpuscope.collector.query.spacing import fillable_bucket, fillable_buckets, sample_spacing
 from gpuscope.collector.query.stragglers import StragglerRow, stragglers
 from gpuscope.collector.query.timerange import TimeRange, bucket_for, last, source_bucket
+from gpuscope.collector.query.top import TopGpu, top_gpus
 
 __all__ = [
     "EventRow",
@@ -37,6 +38,7 @@ __all__ = [
     "Series",
     "StragglerRow",
     "TimeRange",
+    "TopGpu",
     "UnhealthyGpu",
     "Usage",
     "bucket_for",
@@ -62,6 +64,7 @@ __all__ = [
     "series",
     "source_bucket",
     "stragglers",
+    "top_gpus",
     "unhealthy_gpus",
 ]
 

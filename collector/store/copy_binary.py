@@ -69,11 +69,11 @@ def encode(columns: Sequence[CopyColumn]) -> memoryview:
     out = np.empty(len(HEADER) + sum(sizes) + len(TRAILER), dtype=np.uint8)
     out[: len(HEADER)] = np.frombuffer(HEADER, dtype=np.uint8)
     offset = len(HEADER)
-    for layout, size, (pattern, members) in zip(layouts, sizes, groups, strict=True):
-        _fill(out[offset : offset + size].view(layout), values, pattern, members)
+    for layout, size, (pattern, rows_of_group) in zip(layouts, sizes, groups, strict=True):
+        _fill(out[offset : offset + size].view(layout), values, pattern, rows_of_group)
         offset += size
     out[offset:] = np.frombuffer(TRAILER, dtype=np.uint8)
-    return memoryview(out)
+    return out.data
 
 
 def _to_wire(column: CopyColumn) -> tuple[np.ndarray, np.ndarray]:

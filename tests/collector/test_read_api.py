@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -144,6 +145,16 @@ def test_events_and_fleet(loaded: Loaded) -> None:
     assert running == (fleet["running_jobs"],)
 
 
+def test_top_ranks_gpus_by_their_newest_value(loaded: Loaded) -> None:
+    newest = loaded.first_ts + 10 * (STEPS - 1)
+    top = loaded.get("top", metric="power_w", limit=3).json()
+    assert [(t["gpu"]["gpu"], t["value"]) for t in top] == [(7, 107.0), (6, 106.0), (5, 105.0)]
+    assert [datetime.fromisoformat(t["ts"]).timestamp() for t in top] == pytest.approx([newest] * 3)
+    coolest = loaded.get("top", metric="util_pct", limit=2, order="asc").json()
+    assert [(t["gpu"]["uuid"], t["value"]) for t in coolest] == [("GPU-0", 0.0), ("GPU-1", 10.0)]
+    assert loaded.get("top", metric="temp_c").json() == []  # never reported: no value now
+
+
 @pytest.mark.parametrize(
     ("path", "params", "status", "needle"),
     [
@@ -158,6 +169,9 @@ def test_events_and_fleet(loaded: Loaded) -> None:
         ("nics/series", {"node": "ghost"}, 404, "no InfiniBand port"),
         ("jobs", {"state": "paused"}, 422, "running"),
         ("jobs/ghost", {}, 404, "no job"),
+        ("top", {"metric": "nope"}, 422, "unknown metric"),
+        ("top", {"limit": 0}, 422, "greater than or equal to 1"),
+        ("top", {"order": "sideways"}, 422, "desc"),
     ],
 )
 def test_bad_read_requests_are_refused_clearly(
@@ -170,6 +184,6 @@ def test_bad_read_requests_are_refused_clearly(
 
 def test_openapi_documents_every_read_route(collector: RunningCollector) -> None:
     paths = httpx.get(f"{collector.url}/openapi.json").json()["paths"]
-    paths_wanted = ("heatmap", "series", "rack-power", "fleet", "nics/series", "jobs", "jobs/{job_id}", "events")
+    paths_wanted = ("heatmap", "series", "rack-power", "fleet", "top", "nics/series", "jobs", "jobs/{job_id}", "events")
     for path in (*paths_wanted, "stragglers"):
         assert f"/api/v1/{path}" in paths, path

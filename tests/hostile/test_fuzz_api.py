@@ -44,6 +44,7 @@ ROUTES = [
     ("GET", "/api/v1/series"),
     ("GET", "/api/v1/rack-power"),
     ("GET", "/api/v1/fleet"),
+    ("GET", "/api/v1/top"),
     ("GET", "/api/v1/nics/series"),
     ("GET", "/api/v1/jobs"),
     ("GET", "/api/v1/jobs/{job_id}"),
