@@ -89,6 +89,8 @@ def prepare_timescale(dsn: str, compress: bool) -> None:
                 " WHERE hypertable_name = 'gpu_sample' AND is_compressed"
             ).fetchone()
             assert compressed == (3,), "three one-hour chunks, all compressed"
+            for view in ("gpu_rollup_1m", "gpu_rollup_1h", "gpu_energy_1m"):  # what their policies do after a day
+                conn.execute("SELECT compress_chunk(c) FROM show_chunks(%s) c", (view,))
 
     async def account() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -160,20 +162,32 @@ def test_layout_objects_and_policies(timescale_dsn: str) -> None:
         timescale.setup(timescale_dsn, "off")
     with psycopg.connect(timescale_dsn) as conn:
         aggregates = conn.execute(
-            "SELECT view_name, materialized_only FROM timescaledb_information.continuous_aggregates ORDER BY 1"
+            "SELECT view_name, materialized_only, compression_enabled"
+            " FROM timescaledb_information.continuous_aggregates ORDER BY 1"
         ).fetchall()
     assert_layout(*layout_of(timescale_dsn))
-    assert aggregates == [("gpu_energy_1m", False), ("gpu_rollup_1h", False), ("gpu_rollup_1m", False)], (
-        "real-time aggregation on"
-    )
+    assert aggregates == [
+        ("gpu_energy_1m", False, True),
+        ("gpu_rollup_1h", False, True),
+        ("gpu_rollup_1m", False, True),
+    ], "real-time aggregation on, columnstore on"
 
 
 def assert_layout(hypertables: list[Any], segmentby: list[Any], jobs: list[Any]) -> None:
     assert hypertables == [("gpu_sample", True), ("ib_port_sample", True), ("mig_sample", True)]
-    assert segmentby == [("gpu_sample", "gpu_id"), ("ib_port_sample", "port_id"), ("mig_sample", "mig_id")]
+    # the samples, and the aggregates' materialized hypertables (layout step 2), segmented by device
+    assert [row for row in segmentby if not row[0].startswith("_materialized")] == [
+        ("gpu_sample", "gpu_id"),
+        ("ib_port_sample", "port_id"),
+        ("mig_sample", "mig_id"),
+    ]
+    assert [row[1] for row in segmentby if row[0].startswith("_materialized")] == ["gpu_id"] * 3
     assert jobs == [
+        ("policy_compression", "gpu_energy_1m", None),
         ("policy_refresh_continuous_aggregate", "gpu_energy_1m", "06:00:00"),
+        ("policy_compression", "gpu_rollup_1h", None),
         ("policy_refresh_continuous_aggregate", "gpu_rollup_1h", "12:00:00"),
+        ("policy_compression", "gpu_rollup_1m", None),
         ("policy_refresh_continuous_aggregate", "gpu_rollup_1m", "06:00:00"),
         ("policy_compression", "gpu_sample", None),
         ("policy_compression", "ib_port_sample", None),
@@ -204,6 +218,16 @@ def test_a_database_already_on_the_layout_gets_mig_samples_as_a_hypertable(times
     assert timescale.setup(timescale_dsn, "on") == "timescaledb"
     migrate(timescale_dsn)
     assert_layout(*layout_of(timescale_dsn))
+
+
+def test_a_database_given_the_layout_by_an_older_collector_gets_its_later_steps(timescale_dsn: str) -> None:
+    migrate(timescale_dsn)
+    with psycopg.connect(timescale_dsn, autocommit=True) as conn:  # as a collector before step 2 left it
+        conn.execute(timescale.layout_sql().encode())
+        conn.execute("INSERT INTO schema_migration (version, name) VALUES (%s, %s)", (timescale.LAYOUT_VERSION, "x"))
+    assert timescale.setup(timescale_dsn, "auto") == "timescaledb"
+    assert_layout(*layout_of(timescale_dsn))
+    assert timescale.setup(timescale_dsn, "auto") == "timescaledb", "each step applied once"
 
 
 def test_real_time_aggregation_sees_rows_not_yet_materialized(timescale_dsn: str) -> None:

@@ -24,13 +24,16 @@ Mode = Literal["auto", "on", "off"]
 Layout = Literal["plain", "timescaledb"]
 LAYOUT_VERSION = 1_000_000  # recorded in schema_migration, apart from the numbered migrations
 LAYOUT_NAME = "timescale/layout.sql"
+# Later steps of the layout, each applied once, in order, to a database that has the layout (new or old).
+LAYOUT_STEPS = ((1_000_001, "timescale/compress_aggregates.sql"),)
 RAW_TABLES = ("gpu_sample", "ib_port_sample", "mig_sample")
 MINUTE_AGGREGATES = ("gpu_rollup_1m", "gpu_energy_1m")
 HOUR_AGGREGATES = ("gpu_rollup_1h",)
 
 
-def layout_sql() -> str:
-    return resources.files("gpuscope.collector.store.timescale").joinpath("layout.sql").read_text(encoding="utf-8")
+def layout_sql(name: str = LAYOUT_NAME) -> str:
+    file = name.removeprefix("timescale/")
+    return resources.files("gpuscope.collector.store.timescale").joinpath(file).read_text(encoding="utf-8")
 
 
 def setup(dsn: str, mode: Mode) -> Layout:
@@ -45,6 +48,7 @@ def setup(dsn: str, mode: Mode) -> Layout:
                     raise RuntimeError(
                         "this database already uses the TimescaleDB layout; --timescaledb off cannot undo it"
                     )
+                _apply_steps(conn)
                 return "timescaledb"
             available = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb'").fetchone()
             if mode == "off" or (mode == "auto" and not available):
@@ -59,10 +63,23 @@ def setup(dsn: str, mode: Mode) -> Layout:
                 conn.execute(
                     "INSERT INTO schema_migration (version, name) VALUES (%s, %s)", (LAYOUT_VERSION, LAYOUT_NAME)
                 )
+            _apply_steps(conn)
             log.info("applied the TimescaleDB layout (hypertables, compression, continuous aggregates)")
             return "timescaledb"
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+def _apply_steps(conn: psycopg.Connection[Any]) -> None:
+    """The layout's later steps not yet applied (a database given the layout by an older collector)."""
+    recorded = conn.execute("SELECT version FROM schema_migration WHERE version > %s", (LAYOUT_VERSION,))
+    done = {row[0] for row in recorded}
+    for version, name in LAYOUT_STEPS:
+        if version not in done:
+            with conn.transaction():
+                conn.execute(layout_sql(name).encode())
+                conn.execute("INSERT INTO schema_migration (version, name) VALUES (%s, %s)", (version, name))
+            log.info("applied TimescaleDB layout step %s", name)
 
 
 async def drop_old(conn: AsyncConnection[Any], cutoffs: dict[str, datetime]) -> None:
