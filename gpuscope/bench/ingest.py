@@ -13,12 +13,8 @@ what the database itself can take here. Commits are durable (synchronous_commit 
 from __future__ import annotations
 
 import asyncio
-import secrets
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,11 +23,11 @@ import numpy as np
 import psycopg
 
 from gpuscope.bench.loadgen import push_all
+from gpuscope.bench.running_collector import running_collector
 from gpuscope.collector.ingest.wire import decode
 from gpuscope.collector.store.columns import GPU_COLUMNS
 from gpuscope.collector.store.copy_binary import CopyColumn, encode
 from gpuscope.core.embedded_pg import EmbeddedPostgres
-from gpuscope.core.listen import free_loopback_port
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import Snapshot
 from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
@@ -40,60 +36,36 @@ NODES = 1000
 GPUS = 8
 SNAPSHOTS_PER_BATCH = 10
 BATCHES_PER_NODE = 10  # the first one is the warm-up
-CONCURRENCY = NODES  # each node holds its own keep-alive connection, as exporters do
 CONTENT = f"Content-Type: {BINARY_CONTENT_TYPE}\r\n"
 
 
-def run(workers: int = 1) -> dict[str, Any]:
+def run(workers: int = 1, nodes: int = NODES, batches_per_node: int = BATCHES_PER_NODE) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-ingest-") as tmp:
         data = Path(tmp)
         data.chmod(0o711)  # as root, PostgreSQL runs as 'postgres' and must pass through
         with EmbeddedPostgres(data / "db") as pg:
-            nodes = _batches()
-            warmup = [[batches[0]] for batches in nodes]
-            timed = [batches[1:] for batches in nodes]
-            token = secrets.token_urlsafe(24)
-            (data / "token").write_text(token)
-            (data / "token").chmod(0o600)
-            port = free_loopback_port()
-            collector = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gpuscope.cli",
-                    "collector",
-                    "--db",
-                    pg.dsn,
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                    "--token-file",
-                    str(data / "token"),
-                    "--workers",
-                    str(workers),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            try:
-                _wait_healthy(port)
-                asyncio.run(push_all("127.0.0.1", port, token, warmup, CONCURRENCY, CONTENT))
-                result = asyncio.run(push_all("127.0.0.1", port, token, timed, CONCURRENCY, CONTENT))
-            finally:
-                collector.terminate()
-                collector.wait(30)
+            sent = _batches(nodes, batches_per_node)
+            warmup = [[batches[0]] for batches in sent]
+            timed = [batches[1:] for batches in sent]
+            with running_collector(pg.dsn, data, workers) as collector:
+                asyncio.run(push_all("127.0.0.1", collector.port, collector.token, warmup, nodes, CONTENT))
+                result = asyncio.run(push_all("127.0.0.1", collector.port, collector.token, timed, nodes, CONTENT))
             stored = _count(pg.dsn)
-            expected = sum(rows for batches in nodes for _, rows in batches)
-            raw_rows_per_s = _raw_copy(pg.dsn, [body for batches in timed for body, _ in batches])
+            expected = sum(rows for batches in sent for _, rows in batches)
+            bodies = [body for batches in timed for body, _ in batches]
+            raw_rows_per_s = _raw_copy(pg.dsn, bodies)
     rows_per_s = result.rows / result.seconds
     return {
-        "nodes": NODES,
+        "nodes": nodes,
         "gpus_per_node": GPUS,
         "batch_rows": GPUS * SNAPSHOTS_PER_BATCH,
-        "concurrency": CONCURRENCY,
+        "concurrency": nodes,
         "collector_workers": workers,
         "timed_rows": result.rows,
         "seconds": round(result.seconds, 2),
         "rows_per_s": round(rows_per_s),
+        # A row holds one value per metric the GPU reports: what a Prometheus would store as samples.
+        "samples_per_row": samples_per_row(bodies[0]),
         "raw_copy_rows_per_s": round(raw_rows_per_s),
         "ratio": round(rows_per_s / raw_rows_per_s, 3),
         "retried_batches": result.failures,
@@ -101,22 +73,29 @@ def run(workers: int = 1) -> dict[str, Any]:
     }
 
 
-def _batches() -> list[list[tuple[bytes, int]]]:
+def samples_per_row(body: bytes) -> float:
+    """Metric values per GPU row of a batch (reported, not NaN), plus `up`."""
+    samples = decode(body, time.time(), content_type=BINARY_CONTENT_TYPE).gpu_samples
+    values = sum(int(np.count_nonzero(~np.isnan(v.astype(np.float64)))) for v in samples.values.values())
+    return round(values / len(samples) + 1, 2)
+
+
+def _batches(nodes: int, batches_per_node: int) -> list[list[tuple[bytes, int]]]:
     """Per node, its batches in order: real simulator readings, re-labelled per node to save time."""
     topology = build_topology(1, GPUS, 1, cluster="bench")
     source = SimNodeSource(topology[0], JobSchedule(topology, 7), 7)
-    start = time.time() - BATCHES_PER_NODE * SNAPSHOTS_PER_BATCH - 60
-    readings = [source.read(start + i) for i in range(BATCHES_PER_NODE * SNAPSHOTS_PER_BATCH)]
-    nodes = []
-    for n in range(NODES):
+    start = time.time() - batches_per_node * SNAPSHOTS_PER_BATCH - 60
+    readings = [source.read(start + i) for i in range(batches_per_node * SNAPSHOTS_PER_BATCH)]
+    per_node = []
+    for n in range(nodes):
         origin = Origin("bench", f"rack-{n // 40:02d}", f"node-{n:04d}", "sim", str(uuid.uuid4()))
         batches = []
-        for b in range(BATCHES_PER_NODE):
+        for b in range(batches_per_node):
             chunk = range(b * SNAPSHOTS_PER_BATCH, (b + 1) * SNAPSHOTS_PER_BATCH)
             snaps = [Snapshot(ts=start + i, gpus=readings[i][0], ports=()) for i in chunk]
             batches.append((encode_binary(origin, b + 1, snaps), GPUS * SNAPSHOTS_PER_BATCH))
-        nodes.append(batches)
-    return nodes
+        per_node.append(batches)
+    return per_node
 
 
 def _raw_copy(dsn: str, bodies: list[bytes], chunk_rows: int = 10_000) -> float:
@@ -150,18 +129,6 @@ def _count(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM gpu_sample").fetchone()
     return int(row[0]) if row else 0
-
-
-def _wait_healthy(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError("the collector did not become healthy")
 
 
 __all__ = ["run"]

@@ -29,14 +29,15 @@ async def push_all(
     nodes: list[list[tuple[bytes, int]]],
     concurrency: int = 64,
     content_headers: str = "Content-Type: application/json\r\nContent-Encoding: gzip\r\n",
+    path: str = "/api/v1/samples",
 ) -> LoadResult:
-    """Send every node's (body, rows) batches; returns what was acknowledged with 2xx."""
+    """Send every node's (body, rows) batches; returns what was acknowledged with 2xx. An empty `token`
+    sends no Authorization header (Prometheus's remote-write receiver takes none)."""
     result = LoadResult()
     ready: deque[int] = deque(i for i, batches in enumerate(nodes) if batches)
     cursor = [0] * len(nodes)
-    head = (
-        f"POST /api/v1/samples HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n{content_headers}"
-    ).encode()
+    authorization = f"Authorization: Bearer {token}\r\n" if token else ""
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{authorization}{content_headers}".encode()
 
     async def worker() -> None:
         reader, writer = await asyncio.open_connection(host, port)
@@ -52,7 +53,7 @@ async def push_all(
                     result.rows += rows
                     cursor[node] += 1
                 elif 400 <= status < 500:
-                    raise RuntimeError(f"the collector refused a batch with {status}: a bug in the benchmark")
+                    raise RuntimeError(f"{path} refused a batch with {status}: a bug in the benchmark")
                 else:
                     result.failures += 1  # resent later, like the exporter's retry
                 if cursor[node] < len(nodes[node]):

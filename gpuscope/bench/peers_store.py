@@ -1,0 +1,230 @@
+"""gpuscope's side of `gpuscope bench peers`: the telemetry loaded into its store as ingest and maintenance
+leave it (samples in day partitions, minute and hour rollups, rack power, job allocations), and the four
+questions asked of a real collector over its read API, each answer checked against the telemetry."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import numpy as np
+import psycopg
+
+from gpuscope.bench.telemetry import METRICS, Telemetry
+from gpuscope.collector.store import partitions, rollups
+from gpuscope.collector.store.copy_binary import CopyColumn, encode
+
+CHUNK_ROWS = 200_000
+STORED_TYPE = "float4"  # every one of METRICS is a real column in gpu_sample
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One question's latencies (ms, over HTTP with the JSON decoded) and whether the answer was right."""
+
+    times_ms: list[float]
+    correct: bool
+    detail: str
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def p95(self) -> float:
+        return statistics.quantiles(self.times_ms, n=20)[18] if len(self.times_ms) > 1 else self.times_ms[0]
+
+
+def load(dsn: str, telemetry: Telemetry) -> int:
+    """Load every sample and allocation, then roll up as maintenance would; returns the rows loaded."""
+    with psycopg.connect(dsn) as conn:
+        gpu_ids = _inventory(conn, telemetry)
+        conn.commit()
+        asyncio.run(_partitions(dsn, telemetry))
+        per_chunk = max(1, CHUNK_ROWS // len(telemetry.gpus))
+        names = ", ".join(["ts", "gpu_id", "up", *METRICS])
+        for lo in range(0, telemetry.steps, per_chunk):
+            hi = min(lo + per_chunk, telemetry.steps)
+            block = telemetry.block(lo, hi)
+            rows = (hi - lo) * len(gpu_ids)
+            columns = [
+                CopyColumn("timestamptz", np.repeat(telemetry.stamps(lo, hi), len(gpu_ids))),
+                CopyColumn("int4", np.tile(gpu_ids, hi - lo)),
+                CopyColumn("bool", np.ones(rows, dtype=bool)),
+            ] + [CopyColumn(STORED_TYPE, block[key].reshape(-1)) for key in METRICS]
+            with conn.cursor().copy(f"COPY gpu_sample ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.write(encode(columns))
+            conn.commit()
+        _allocations(conn, telemetry, gpu_ids)
+        conn.execute(
+            "INSERT INTO rollup_dirty_minute SELECT generate_series(date_bin('1 minute', %s, 'epoch'), %s,"
+            " interval '1 minute') ON CONFLICT DO NOTHING",
+            (_time(telemetry.start), _time(telemetry.end)),
+        )
+        conn.commit()
+    asyncio.run(_roll_up(dsn))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    return telemetry.steps * len(telemetry.gpus)
+
+
+def database_bytes(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _inventory(conn: psycopg.Connection[Any], telemetry: Telemetry) -> np.ndarray:
+    """Nodes and GPUs in the telemetry's order; returns each GPU's gpu_id, by position."""
+    nodes = sorted({(g.cluster, g.node, g.rack) for g in telemetry.gpus}, key=lambda n: n[1])
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO node (cluster, name, rack) VALUES (%s, %s, %s)", nodes)
+    node_ids = dict(conn.execute("SELECT name, node_id FROM node").fetchall())
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id) VALUES (%s, %s, %s, 'H100', '-')",
+            [(node_ids[g.node], g.index, g.uuid) for g in telemetry.gpus],
+        )
+    by_uuid = dict(conn.execute("SELECT uuid, gpu_id FROM gpu").fetchall())
+    return np.array([by_uuid[g.uuid] for g in telemetry.gpus], dtype=np.int64)
+
+
+async def _partitions(dsn: str, telemetry: Telemetry) -> None:
+    days = {partitions.day_of(float(t)) for t in (telemetry.start, telemetry.end, time.time())}
+    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
+        await partitions.ensure(conn, days)
+
+
+def _allocations(conn: psycopg.Connection[Any], telemetry: Telemetry, gpu_ids: np.ndarray) -> None:
+    node_of = dict(conn.execute("SELECT gpu_id, node_id FROM gpu").fetchall())
+    rows = []
+    for job in telemetry.jobs:
+        last = job.end_step >= telemetry.steps  # still running at the end of the day
+        ended = None if last else _time(telemetry.start + job.end_step * telemetry.step_s)
+        for position in job.gpus:
+            gpu_id = int(gpu_ids[position])
+            rows.append(
+                (
+                    job.job_id,
+                    job.user,
+                    node_of[gpu_id],
+                    gpu_id,
+                    _time(telemetry.start + job.first_step * telemetry.step_s),
+                    _time(telemetry.start + (job.end_step - 1) * telemetry.step_s),
+                    ended,
+                )
+            )
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO job_allocation (job_id, username, node_id, gpu_id, started_at, last_seen, ended_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            rows,
+        )
+    conn.commit()
+
+
+async def _roll_up(dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        while await rollups.roll_up(conn, datetime.now(UTC) + timedelta(hours=1)):
+            pass
+
+
+def _time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+# ---- the questions, over HTTP ---------------------------------------------------------------------------
+
+
+def timed(ask: Callable[[], Any], runs: int) -> tuple[list[float], Any]:
+    """Warm once (a dashboard asks the same every few seconds), then time `runs` answers."""
+    answer = ask()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        answer = ask()
+        times.append((time.perf_counter() - started) * 1000)
+    return times, answer
+
+
+class Questions:
+    """The four questions asked of a collector at `url`, each checked against the telemetry."""
+
+    def __init__(self, url: str, telemetry: Telemetry, runs: int) -> None:
+        self.client = httpx.Client(base_url=url, timeout=120)
+        self.telemetry = telemetry
+        self.runs = runs
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = self.client.get(f"/api/v1/{path}", params=params)
+        response.raise_for_status()
+        return response.json()
+
+    def heatmap(self, hours: float = 6, bucket_s: int = 60) -> Answer:
+        t = self.telemetry
+        end = t.end + t.step_s  # the range covers the last sample
+        start = end - hours * 3600
+        times, answer = timed(
+            lambda: self.get("heatmap", metric="util_pct", start=_iso(start), end=_iso(end), bucket_seconds=bucket_s),
+            self.runs,
+        )
+        grid = np.array(answer["values"], dtype=np.float64)
+        stamps = [datetime.fromisoformat(s).timestamp() for s in answer["times"]]
+        # One cell checked in full: the last whole minute of the first GPU shown, against the telemetry.
+        gpu = [g.uuid for g in t.gpus].index(answer["gpus"][0]["uuid"])
+        minute = stamps[-2]
+        lo = int((minute - t.start) // t.step_s)
+        expected = t.block(lo, lo + bucket_s // t.step_s)["util_pct"][:, gpu].mean()
+        correct = grid.shape == (len(t.gpus), len(stamps)) and abs(grid[0, -2] - expected) < 1e-3
+        return Answer(times, correct, f"{grid.shape[0]} GPUs x {grid.shape[1]} minutes")
+
+    def rack_power(self, bucket_s: int) -> Answer:
+        t = self.telemetry
+        end = t.end + t.step_s
+        start = t.start
+        times, answer = timed(
+            lambda: self.get("rack-power", start=_iso(start), end=_iso(end), bucket_seconds=bucket_s), self.runs
+        )
+        watts = np.array(answer["watts"], dtype=np.float64)
+        stamps = [datetime.fromisoformat(s).timestamp() for s in answer["times"]]
+        rack = answer["racks"][0]  # "cluster/rack"
+        members = [i for i, g in enumerate(t.gpus) if f"{g.cluster}/{g.rack}" == rack]
+        middle = len(stamps) // 2
+        lo = int((stamps[middle] - t.start) // t.step_s)
+        expected = t.block(lo, lo + bucket_s // t.step_s)["power_w"][:, members].sum(axis=1).mean()
+        got = watts[0, middle]
+        correct = abs(got - expected) <= 1e-4 * expected
+        return Answer(times, correct, f"{len(answer['racks'])} racks x {len(stamps)} buckets of {bucket_s} s")
+
+    def job(self, job_id: str, bucket_s: int) -> Answer:
+        t = self.telemetry
+        span = next(j for j in t.jobs if j.job_id == job_id)
+        start = t.start + span.first_step * t.step_s
+        end = t.start + span.end_step * t.step_s
+        params = {"job": job_id, "metric": ["util_pct", "power_w"], "start": _iso(start), "end": _iso(end)}
+        times, answer = timed(lambda: self.get("series", **params, bucket_seconds=bucket_s), self.runs)
+        shown = {g["uuid"] for g in answer["gpus"]}
+        correct = shown == {t.gpus[p].uuid for p in span.gpus} and set(answer["values"]) == {"util_pct", "power_w"}
+        return Answer(times, correct, f"{len(shown)} GPUs x {len(answer['times'])} buckets of {bucket_s} s")
+
+    def hottest(self) -> Answer:
+        t = self.telemetry
+        times, answer = timed(lambda: self.get("top", metric="temp_c", limit=10), self.runs)
+        newest = t.block(t.steps - 1, t.steps)["temp_c"][0]
+        expected = sorted(newest.tolist(), reverse=True)[:10]
+        correct = [row["value"] for row in answer] == expected
+        return Answer(times, correct, f"{len(answer)} GPUs, {answer[0]['value'] if answer else '-'} C the hottest")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _iso(seconds: float) -> str:
+    return _time(seconds).isoformat()
