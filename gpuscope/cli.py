@@ -231,13 +231,25 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure against the project's targets")
     bench.add_argument(
         "target",
-        choices=["exporter", "ingest", "query", "stragglers", "alerts", "dashboard", "health", "reports"],
+        choices=[
+            "exporter",
+            "ingest",
+            "query",
+            "stragglers",
+            "alerts",
+            "dashboard",
+            "health",
+            "reports",
+            "scale",
+            "peers",
+        ],
         help="what to measure",
     )
     bench.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
     bench.add_argument(
         "--workers", type=_positive_int, default=1, help="ingest: collector worker processes (default 1)"
     )
+    bench.add_argument("--gpus", type=_positive_int, default=100_000, help="scale: fleet size")
     bench.add_argument(
         "--end-to-end",
         action="store_true",
@@ -256,7 +268,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run_bench(args: argparse.Namespace) -> None:
     from gpuscope.bench import alerts as alerts_bench
     from gpuscope.bench import dashboard as dashboard_bench
-    from gpuscope.bench import exporter, health_evidence, ingest, query, stragglers, stragglers_live
+    from gpuscope.bench import exporter, health_evidence, ingest, peers, query, scale, stragglers, stragglers_live
     from gpuscope.bench import reports as reports_bench
     from gpuscope.bench.report import emit
 
@@ -270,6 +282,8 @@ def _run_bench(args: argparse.Namespace) -> None:
         "dashboard": dashboard_bench.run,
         "health": health_evidence.run,
         "reports": reports_bench.run,
+        "scale": lambda: scale.run(args.gpus),
+        "peers": peers.run,
     }
     emit(args.target, runs[args.target](), args.json)
 

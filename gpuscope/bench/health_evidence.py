@@ -55,22 +55,23 @@ def measure(dsn: str, nodes: int = 1250) -> dict[str, Any]:
         "ports": nodes * PORTS_PER_NODE,
         "rows_loaded": rows,
         "load_seconds": round(load_s, 1),
-        **asyncio.run(_time_cycles(dsn, now)),
-        **asyncio.run(_time_loop(dsn, now)),
+        **asyncio.run(time_evidence(dsn, now)),
+        **asyncio.run(time_loop(dsn, now)),
     }
 
 
-async def _time_loop(dsn: str, now: datetime) -> dict[str, Any]:
+async def time_loop(dsn: str, now: datetime, minutes: int = 5) -> dict[str, Any]:
     """The whole health cycle as the collector runs it (health/loop.py, dry run, the default policy):
     evidence over the window since the last cycle and its overlap for late pushes, stored once, then every
-    node with news or out of health judged. The first cycle catches up on the loop's look-back."""
+    node with news or out of health judged. The first cycle catches up on the loop's look-back; then the
+    cycles of the last `minutes` are timed."""
     loop = HealthLoop(HealthPolicy())
     times = []
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         t0 = time.perf_counter()
-        first = await loop.cycle(conn, now - timedelta(minutes=5))
+        first = await loop.cycle(conn, now - timedelta(minutes=minutes))
         first_s = time.perf_counter() - t0
-        at = now - timedelta(minutes=5)
+        at = now - timedelta(minutes=minutes)
         while at < now:
             at += timedelta(seconds=LOOP_EVERY_S)
             t0 = time.perf_counter()
@@ -87,24 +88,25 @@ async def _time_loop(dsn: str, now: datetime) -> dict[str, Any]:
     }
 
 
-async def _time_cycles(dsn: str, now: datetime) -> dict[str, Any]:
-    cycles, kinds = [], Counter[str]()
+async def time_evidence(dsn: str, now: datetime, cycles: int = CYCLES) -> dict[str, Any]:
+    """find_evidence over each of the last `cycles` one-minute windows, then over all of them at once."""
+    times, kinds = [], Counter[str]()
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await find_evidence(conn, now - timedelta(seconds=2 * CYCLE_S), now)  # warm: plans, caches
-        for i in range(CYCLES, 0, -1):
+        for i in range(cycles, 0, -1):
             until = now - timedelta(seconds=(i - 1) * CYCLE_S)
             t0 = time.perf_counter()
             found = await find_evidence(conn, until - timedelta(seconds=CYCLE_S), until)
-            cycles.append((time.perf_counter() - t0) * 1000)
+            times.append((time.perf_counter() - t0) * 1000)
             kinds.update(e.kind for e in found)
         t0 = time.perf_counter()
-        caught_up = await find_evidence(conn, now - timedelta(seconds=CYCLES * CYCLE_S), now)
+        caught_up = await find_evidence(conn, now - timedelta(seconds=cycles * CYCLE_S), now)
         catch_up_ms = (time.perf_counter() - t0) * 1000
     return {
         "cycle_window_s": CYCLE_S,
-        "cycle_ms_p50": round(statistics.median(cycles), 1),
-        "cycle_ms_max": round(max(cycles), 1),
-        "catch_up_window_s": CYCLES * CYCLE_S,
+        "cycle_ms_p50": round(statistics.median(times), 1),
+        "cycle_ms_max": round(max(times), 1),
+        "catch_up_window_s": cycles * CYCLE_S,
         "catch_up_ms": round(catch_up_ms, 1),
         "findings_by_kind": dict(sorted(kinds.items())),
         "findings_catch_up": len(caught_up),

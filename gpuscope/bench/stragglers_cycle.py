@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,32 +43,39 @@ def run() -> dict[str, Any]:
                 _insert_bucket(conn, float(t), rng)
             conn.commit()
             conn.execute("ANALYZE")
-        return asyncio.run(_measure(pg.dsn, now, rng))
+        figures = asyncio.run(
+            measure(pg.dsn, now, lambda loader, bucket: _insert_bucket(loader, bucket.timestamp(), rng))
+        )
+    return {"gpus": NODES * GPUS_PER_NODE, **figures, "replay_minutes": HISTORY_MIN}
 
 
-async def _measure(dsn: str, now: datetime, rng: np.random.Generator) -> dict[str, Any]:
+Arrive = Callable[[psycopg.Connection[Any], datetime], None]
+
+
+async def measure(dsn: str, now: datetime, arrive: Arrive, cycles: int = CYCLES) -> dict[str, Any]:
+    """Times the watch over the jobs and samples in `dsn` (stored up to `now`): a first cycle that replays
+    them, then `cycles` more, 5 s apart; before each, `arrive(conn, bucket)` stores what the exporters
+    pushed for the 5 s bucket starting at `bucket` (or nothing, where they sample less often)."""
     watch = StragglerWatch(Settings(sample_s=SAMPLE_S, warmup_s=60.0))
-    cycles = []
+    times = []
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         t0 = time.perf_counter()
         await watch.cycle(conn, now + timedelta(seconds=1))
         replay_s = time.perf_counter() - t0
         with psycopg.connect(dsn, autocommit=True) as loader:
-            for i in range(CYCLES):
+            for i in range(cycles):
                 # A new bucket arrives, which completes the one before it: the cycle reads that one.
                 bucket = now + timedelta(seconds=SAMPLE_S * i)
-                _insert_bucket(loader, bucket.timestamp(), rng)
+                arrive(loader, bucket)
                 t0 = time.perf_counter()
                 await watch.cycle(conn, bucket + timedelta(seconds=1))
-                cycles.append(time.perf_counter() - t0)
+                times.append(time.perf_counter() - t0)
     fed = {job.cursor for job in watch.jobs.values()}
     return {
-        "gpus": NODES * GPUS_PER_NODE,
         "jobs": len(watch.jobs),
         "replay_s": round(replay_s, 2),
-        "replay_minutes": HISTORY_MIN,
-        "straggler_cycle_s": round(statistics.median(cycles), 3),
-        "straggler_cycle_max_s": round(max(cycles), 3),
+        "straggler_cycle_s": round(statistics.median(times), 3),
+        "straggler_cycle_max_s": round(max(times), 3),
         "jobs_fed_to_the_last_bucket": len(fed) == 1,
     }
 
