@@ -166,15 +166,18 @@ class TopGpuOut(BaseModel):
 @router.get(
     "/top",
     response_model=list[TopGpuOut],
-    summary="GPUs ranked by a metric's newest value (sampled within the last 2 minutes): the hottest now",
+    summary="GPUs ranked by a metric's newest value (sampled within the 2 minutes before `at`): the hottest now",
 )
 def get_top(
     pool: ReadPoolDep,
     metric: str = "temp_c",
     limit: Annotated[int, Query(ge=1, le=1000)] = 10,
     order: query.top.Order = "desc",
+    at: Annotated[datetime | None, Query(description="rank as of this time (default now), with a UTC offset")] = None,
 ) -> list[TopGpuOut]:
     _check_metric(metric)
+    if at is not None and at.tzinfo is None:
+        raise HTTPException(422, "at needs a UTC offset, e.g. 2026-11-20T12:00:00Z")
     with pool.connection() as conn:
-        found = query.top_gpus(conn, metric, limit, order)
+        found = query.top_gpus(conn, metric, limit, order, at)
     return [TopGpuOut(gpu=gpu_out(row.gpu), ts=row.ts, value=row.value) for row in found]

@@ -8,7 +8,7 @@ and is left out, as Prometheus leaves out a series past its look-back.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from psycopg import Connection, sql
@@ -26,16 +26,21 @@ class TopGpu:
     value: float
 
 
-def top_gpus(conn: Connection[Any], metric: str, limit: int, order: Order = "desc") -> list[TopGpu]:
-    """`metric`: a gpu_sample column, checked by the caller against the known metric keys."""
+def top_gpus(
+    conn: Connection[Any], metric: str, limit: int, order: Order = "desc", at: datetime | None = None
+) -> list[TopGpu]:
+    """`metric`: a gpu_sample column, checked by the caller against the known metric keys. `at`: rank
+    as of that time (each GPU's newest sample up to it), as an instant query does; None: now."""
     direction = sql.SQL("DESC" if order == "desc" else "ASC")
     statement = sql.SQL(
         "SELECT g.gpu_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid, newest.ts, newest.value::float8"
         " FROM gpu g JOIN node n USING (node_id)"
         " CROSS JOIN LATERAL (SELECT s.ts, s.{metric} AS value FROM gpu_sample s"
-        "   WHERE s.gpu_id = g.gpu_id AND s.ts > now() - %(fresh)s ORDER BY s.ts DESC LIMIT 1) newest"
+        "   WHERE s.gpu_id = g.gpu_id AND s.ts <= %(at)s AND s.ts > %(at)s - %(fresh)s"
+        "   ORDER BY s.ts DESC LIMIT 1) newest"
         " WHERE newest.value IS NOT NULL"
         " ORDER BY newest.value {direction}, g.gpu_id LIMIT %(limit)s"
     ).format(metric=sql.Identifier(metric), direction=direction)
-    rows = conn.execute(statement, {"fresh": FRESH_WITHIN, "limit": limit}).fetchall()
+    params = {"fresh": FRESH_WITHIN, "limit": limit, "at": at or datetime.now(UTC)}
+    rows = conn.execute(statement, params).fetchall()
     return [TopGpu(GpuRow(*row[:6]), row[6], row[7]) for row in rows]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 import psycopg
 
 from gpuscope.bench.telemetry import METRICS, Telemetry
+from gpuscope.bench.timing import p95, timed
 from gpuscope.collector.store import partitions, rollups
 from gpuscope.collector.store.copy_binary import CopyColumn, encode
 
@@ -38,7 +38,7 @@ class Answer:
 
     @property
     def p95(self) -> float:
-        return statistics.quantiles(self.times_ms, n=20)[18] if len(self.times_ms) > 1 else self.times_ms[0]
+        return p95(self.times_ms)
 
 
 def load(dsn: str, telemetry: Telemetry) -> int:
@@ -143,17 +143,6 @@ def _time(seconds: float) -> datetime:
 # ---- the questions, over HTTP ---------------------------------------------------------------------------
 
 
-def timed(ask: Callable[[], Any], runs: int) -> tuple[list[float], Any]:
-    """Warm once (a dashboard asks the same every few seconds), then time `runs` answers."""
-    answer = ask()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        answer = ask()
-        times.append((time.perf_counter() - started) * 1000)
-    return times, answer
-
-
 class Questions:
     """The four questions asked of a collector at `url`, each checked against the telemetry."""
 
@@ -216,7 +205,9 @@ class Questions:
 
     def hottest(self) -> Answer:
         t = self.telemetry
-        times, answer = timed(lambda: self.get("top", metric="temp_c", limit=10), self.runs)
+        # as of the last sample, as Prometheus's instant query is asked (loading took minutes: "now" has moved)
+        at = _iso(t.end + 1)
+        times, answer = timed(lambda: self.get("top", metric="temp_c", limit=10, at=at), self.runs)
         newest = t.block(t.steps - 1, t.steps)["temp_c"][0]
         expected = sorted(newest.tolist(), reverse=True)[:10]
         correct = [row["value"] for row in answer] == expected

@@ -37,6 +37,7 @@ from gpuscope.bench.prometheus_http import RUNS, Timed, query, query_range
 from gpuscope.bench.prometheus_rules import GPU_UTILIZATION, INTERVAL_S, RACK_POWER
 from gpuscope.bench.prometheus_series import JOB_INFO, exposed
 from gpuscope.bench.telemetry import JobSpan, Telemetry
+from gpuscope.bench.timing import p95
 
 HEATMAP_MINUTES = 360
 HOTTEST = 10
@@ -93,7 +94,7 @@ def ask(port: int, question: Question, runs: int = RUNS) -> Answer:
         question.name,
         question.variant,
         round(statistics.median(per_run), 1),
-        round(statistics.quantiles(per_run, n=20)[18], 1),
+        round(p95(per_run), 1),  # the same percentile as gpuscope's side (bench/timing.py)
         sum(len(result) for result in results),
         points,
         tuple(question.check(results)),

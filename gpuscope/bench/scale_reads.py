@@ -7,13 +7,11 @@ headline figure is the 95th percentile of the runs (inclusive: never past the sl
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
+from gpuscope.bench.timing import p95, timed
 from gpuscope.core.pools import open_read_pool
 from gpuscope.dashboard import data
-from gpuscope.dashboard.grid import Grid
 
 RANGE = "1h"  # the pages' default range
 
@@ -21,16 +19,16 @@ RANGE = "1h"  # the pages' default range
 def time_pages(dsn: str, runs: int) -> dict[str, Any]:
     pool = open_read_pool(dsn, max_size=2)
     try:
-        overview, shown = _timed(lambda: data.load_overview(pool, RANGE).heatmap, runs)
-        heatmap, grid = _timed(lambda: data.load_grid(pool, "util_pct", RANGE, "auto"), runs)
+        overview, shown = timed(lambda: data.load_overview(pool, RANGE).heatmap, runs)
+        heatmap, grid = timed(lambda: data.load_grid(pool, "util_pct", RANGE, "auto"), runs)
     finally:
         pool.close()
     return {
-        "overview_ms": round(_p95(overview), 1),
+        "overview_ms": round(p95(overview), 1),
         "overview_ms_p50": round(statistics.median(overview), 1),
         "overview_heatmap_level": shown.level,
         "overview_heatmap_rows": len(shown.rows),
-        "heatmap_ms": round(_p95(heatmap), 1),
+        "heatmap_ms": round(p95(heatmap), 1),
         "heatmap_ms_p50": round(statistics.median(heatmap), 1),
         "heatmap_range": RANGE,
         "heatmap_level": grid.level,
@@ -38,18 +36,3 @@ def time_pages(dsn: str, runs: int) -> dict[str, Any]:
         "heatmap_columns": len(grid.times),
         "heatmap_gpus_read": sum(row.gpus for row in grid.rows),
     }
-
-
-def _timed(read: Callable[[], Grid], runs: int) -> tuple[list[float], Grid]:
-    """Milliseconds per run, after a first one that warms the caches; and what the last one read."""
-    shown = read()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        shown = read()
-        times.append((time.perf_counter() - started) * 1000)
-    return times, shown
-
-
-def _p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20, method="inclusive")[18] if len(values) > 1 else values[0]

@@ -7,7 +7,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -153,6 +153,11 @@ def test_top_ranks_gpus_by_their_newest_value(loaded: Loaded) -> None:
     coolest = loaded.get("top", metric="util_pct", limit=2, order="asc").json()
     assert [(t["gpu"]["uuid"], t["value"]) for t in coolest] == [("GPU-0", 0.0), ("GPU-1", 10.0)]
     assert loaded.get("top", metric="temp_c").json() == []  # never reported: no value now
+    earlier = datetime.fromtimestamp(loaded.first_ts + 10 * 5 + 1, UTC).isoformat()  # as of the 6th sample
+    then = loaded.get("top", metric="power_w", limit=1, at=earlier).json()
+    assert datetime.fromisoformat(then[0]["ts"]).timestamp() == pytest.approx(loaded.first_ts + 50)
+    too_early = datetime.fromtimestamp(loaded.first_ts - 1, UTC).isoformat()
+    assert loaded.get("top", metric="power_w", at=too_early).json() == []
 
 
 @pytest.mark.parametrize(
@@ -172,6 +177,7 @@ def test_top_ranks_gpus_by_their_newest_value(loaded: Loaded) -> None:
         ("top", {"metric": "nope"}, 422, "unknown metric"),
         ("top", {"limit": 0}, 422, "greater than or equal to 1"),
         ("top", {"order": "sideways"}, 422, "desc"),
+        ("top", {"at": "2026-11-20T00:00:00"}, 422, "UTC offset"),
     ],
 )
 def test_bad_read_requests_are_refused_clearly(
