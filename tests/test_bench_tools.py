@@ -11,10 +11,8 @@ from tests.conftest import count_rows
 from tests.processes import RunningCollector
 
 
-def test_load_generator_delivers_every_batch_in_order_once(collector: RunningCollector, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(ingest, "NODES", 6)
-    monkeypatch.setattr(ingest, "BATCHES_PER_NODE", 3)
-    nodes = ingest._batches()
+def test_load_generator_delivers_every_batch_in_order_once(collector: RunningCollector) -> None:
+    nodes = ingest._batches(nodes=6, batches_per_node=3)
     url = urllib.parse.urlsplit(collector.url)
     result = asyncio.run(push_all(url.hostname or "", url.port or 0, collector.token, nodes, 4, ingest.CONTENT))
     assert result.statuses == {200: 18} and result.failures == 0

@@ -35,7 +35,7 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def test_two_workers_share_the_port_and_stop_together(dsn: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_two_workers_share_the_port_and_stop_together(dsn: str, tmp_path: Path) -> None:
     token = "t" * 32
     tokens = token_file(tmp_path / "token", token)
     port = free_loopback_port()
@@ -49,9 +49,7 @@ def test_two_workers_share_the_port_and_stop_together(dsn: str, tmp_path: Path, 
         wait_healthy(f"http://127.0.0.1:{port}", timeout=60, process=collector)
         workers = children(collector.pid)
         assert len(workers) == 2
-        monkeypatch.setattr(ingest, "NODES", 40)
-        monkeypatch.setattr(ingest, "BATCHES_PER_NODE", 3)
-        nodes = ingest._batches()
+        nodes = ingest._batches(nodes=40, batches_per_node=3)
         result = asyncio.run(push_all("127.0.0.1", port, token, nodes, 40, ingest.CONTENT))
         assert result.statuses == {200: 120}
         assert count_rows(dsn, "gpu_sample") == 120 * 80 and count_rows(dsn, "ingest_batch") == 120
