@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import re2
-import yaml
+
+from gpuscope.core.yaml_file import read_yaml
 
 SCHEDULERS = ("none", "slurm", "kubernetes")
 
@@ -59,10 +60,7 @@ class HealthPolicy:
 
 
 def load_policy(path: Path) -> HealthPolicy:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise PolicyError(f"{path}: cannot read the health policy: {exc}") from exc
+    raw = read_yaml(path, "health policy", PolicyError)
     return policy_from(raw, str(path))
 
 

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuscope.collector.query.usage import DEFAULT_GRID_G_PER_KWH, Rates
+from gpuscope.core.yaml_file import read_yaml
 
 KEYS = ("currency", "prices", "grid_g_per_kwh", "digest")
 
@@ -34,10 +33,7 @@ class ReportsConfig:
 
 
 def load_reports_config(path: Path) -> ReportsConfig:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ReportsConfigError(f"{path}: cannot read the reports configuration: {exc}") from exc
+    raw = read_yaml(path, "reports configuration", ReportsConfigError)
     return reports_config_from(raw, str(path))
 
 

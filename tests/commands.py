@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gpuscope.core.processes import stop_process  # noqa: F401 (re-exported: the tests stop their processes through tests.commands)
 from tests.waiting import eventually
 
 GPUSCOPE = [sys.executable, "-m", "gpuscope.cli"]
@@ -32,18 +33,6 @@ def wait_healthy(url: str, *, timeout: float, process: subprocess.Popen[Any] | N
         return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
 
     eventually(healthy, timeout=timeout, interval=0.1, ignoring=(httpx.HTTPError,), what=f"{url}/healthz to answer 200")
-
-
-def stop_process(process: subprocess.Popen[Any], timeout: float = 30.0) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; reaped either way, each wait
-    bounded by `timeout`."""
-    if process.poll() is None:
-        process.terminate()
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout)
 
 
 def start_collector(

@@ -56,7 +56,8 @@ def run(
         theirs, prometheus_figures = _prometheus(telemetry, job, runs, work / "prometheus", steps, compact)
         ingested = ingest.run(nodes=ingest_nodes, batches_per_node=ingest_batches)
         remote = _remote_write(work / "remote-write", ingest_nodes, ingest_batches)
-    timescale_bytes, timescale_gpus = (None, 0) if peers_timescale.unavailable() else _timescale(telemetry)
+    why_no_timescale = peers_timescale.unavailable()
+    timescale_bytes, timescale_gpus = (None, 0) if why_no_timescale else peers_timescale.bytes_per_gpu_day(telemetry)
     figures: dict[str, Any] = {
         "gpus": gpus,
         "hours": hours,
@@ -83,7 +84,7 @@ def run(
         "gpuscope_plain_bytes_per_gpu_day": round(plain_bytes),
         "gpuscope_timescaledb_bytes_per_gpu_day": None if timescale_bytes is None else round(timescale_bytes),
         "timescaledb_gpus_loaded": timescale_gpus,
-        "timescaledb_unavailable": peers_timescale.unavailable(),
+        "timescaledb_unavailable": why_no_timescale,
         "prometheus_bytes_per_gpu_day": prometheus_figures["bytes_per_gpu_day"],
         "prometheus_bytes_per_sample": prometheus_figures["bytes_per_sample"],
         "prometheus_blocks": prometheus_figures["blocks"],
@@ -159,10 +160,6 @@ def _remote_write(data: Path, nodes: int, batches: int) -> dict[str, Any]:
         samples, seconds, failures = prometheus.remote_write_rate(server.port, bodies, REMOTE_WRITE_CONNECTIONS)
     per_request = sum(n for node in bodies for _, n in node) / sum(len(node) for node in bodies)
     return {"samples_per_s": round(samples / seconds), "samples_per_request": round(per_request), "retried": failures}
-
-
-def _timescale(telemetry: Telemetry) -> tuple[float, int]:
-    return peers_timescale.bytes_per_gpu_day(telemetry)
 
 
 def job_range(telemetry: Telemetry, job: JobSpan) -> tuple[float, float]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from gpuscope.core.listen import free_loopback_port
+from gpuscope.core.processes import stop_process
 
 READY_TIMEOUT_S = 120.0  # opening a day of blocks takes seconds; a slow machine gets more
 STOP_TIMEOUT_S = 60.0
@@ -74,15 +75,8 @@ class PrometheusServer:
     def stop(self) -> None:
         """SIGTERM and wait (Prometheus closes its TSDB cleanly); SIGKILL only if it hangs."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(STOP_TIMEOUT_S)
+        if process is not None:
+            stop_process(process, STOP_TIMEOUT_S)
 
     def metric(self, name: str) -> float:
         """A series of Prometheus's own /metrics as written there, labels and all (e.g.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscope.core.listen import free_loopback_port
+from gpuscope.core.processes import stop_process
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,7 @@ def running_collector(dsn: str, data_dir: Path, workers: int = 1) -> Iterator[Co
         _wait_healthy(port)
         yield Collector(port, token)
     finally:
-        process.terminate()
-        process.wait(30)
+        stop_process(process)
 
 
 def _wait_healthy(port: int, timeout: float = 60.0) -> None:
