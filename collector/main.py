@@ -26,10 +26,12 @@ from gpuscope.collector.api.state import CollectorState
 from gpuscope.collector.ingest.state import IngestState
 from gpuscope.collector.parts import Part
 from gpuscope.collector.store import allocations, rollups, timescale, usage
+from gpuscope.collector.store.availability import DatabaseStatus
 from gpuscope.collector.store.group_writer import MAX_GROUP, GroupWriter
 from gpuscope.collector.store.migrate import migrate
 from gpuscope.collector.store.retention import DEFAULT_RETENTION, Retention
 from gpuscope.collector.store.retention import apply as retention_pass
+from gpuscope.collector.store.watch import watch_database
 from gpuscope.collector.store.writer import InventoryCache
 from gpuscope.core.pools import open_read_pool
 
@@ -52,6 +54,16 @@ class CollectorConfig:
     retention: Retention = DEFAULT_RETENTION
     timescaledb: timescale.Mode = "auto"
     parts: Sequence[Part] = field(default_factory=tuple)
+    # Whether the database takes writes; an embedded server's knows its data directory and supervisor.
+    database: DatabaseStatus = field(default_factory=DatabaseStatus)
+
+
+# Connections: a pool waits this long for one before the request is answered 503. Failed attempts to
+# connect are retried by the pool for POOL_RECONNECT_S, then left to the next request: the database
+# watch says when the server is back, so no request waits behind the pool's own exponential back-off.
+POOL_WAIT_S = 5.0
+POOL_RECONNECT_S = 3.0
+CONNECT_TIMEOUT_S = 3
 
 
 def create_app(config: CollectorConfig) -> FastIngest:
@@ -60,17 +72,31 @@ def create_app(config: CollectorConfig) -> FastIngest:
         # Everything opened is registered on the stack at once, so a failure half-way closes what is open.
         async with contextlib.AsyncExitStack() as stack:
             layout = await _prepare_schema(config)
-            ingest_pool = AsyncConnectionPool(config.dsn, min_size=1, max_size=config.max_concurrent_writes, open=False)
-            stack.push_async_callback(ingest_pool.close)
+            ingest_pool = AsyncConnectionPool(
+                config.dsn,
+                min_size=1,
+                max_size=config.max_concurrent_writes,
+                open=False,
+                timeout=POOL_WAIT_S,
+                reconnect_timeout=POOL_RECONNECT_S,
+                kwargs={"connect_timeout": CONNECT_TIMEOUT_S},
+            )
+            stack.push_async_callback(functools.partial(ingest_pool.close, timeout=1.0))
             await ingest_pool.open(wait=True, timeout=30)  # fail start-up fast if the database is away
             async with ingest_pool.connection() as conn:
                 await retention_pass(conn, config.retention, layout=layout)  # today's partitions before any batch
             read_pool = await run_in_threadpool(
-                functools.partial(open_read_pool, config.dsn, statement_timeout_s=config.read_statement_timeout_s)
+                functools.partial(
+                    open_read_pool,
+                    config.dsn,
+                    statement_timeout_s=config.read_statement_timeout_s,
+                    reconnect_timeout=POOL_RECONNECT_S,
+                )
             )
-            stack.callback(read_pool.close)
+            stack.callback(functools.partial(read_pool.close, timeout=1.0))
             cache = InventoryCache(layout)
-            writer = GroupWriter(ingest_pool, cache, writers=max(1, config.max_concurrent_writes // 2))
+            writers = max(1, config.max_concurrent_writes // 2)
+            writer = GroupWriter(ingest_pool, cache, writers=writers, status=config.database)
             stack.push_async_callback(writer.close)
             app.state.collector = CollectorState(
                 ingest_pool=ingest_pool,
@@ -83,6 +109,7 @@ def create_app(config: CollectorConfig) -> FastIngest:
                     writer=writer,
                     retention_s=config.retention.raw.total_seconds(),
                     cache=cache,
+                    database=config.database,
                 ),
                 read_auth=config.read_auth,
                 admin_auth=config.admin_auth,
@@ -92,6 +119,13 @@ def create_app(config: CollectorConfig) -> FastIngest:
             # connections close) before the pools close.
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(_maintenance(ingest_pool, config.retention, layout), name="maintenance")]
+
+                async def drop_broken_connections() -> None:
+                    await ingest_pool.check()
+                    await run_in_threadpool(read_pool.check)
+
+                watch = watch_database(config.dsn, config.database, on_recovery=drop_broken_connections)
+                tasks.append(group.create_task(watch, name="database watch"))
                 for task in (t for part in config.parts for t in part.leader_tasks):
                     tasks.append(group.create_task(task.run(config.dsn), name=task.name))
                 try:

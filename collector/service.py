@@ -5,15 +5,39 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 from starlette.types import ASGIApp
 
+# On SIGTERM, requests in flight get this long to finish; the rest of the stop is bounded by the caller's
+# ShutdownDeadline (gpuscope/core/shutdown.py), armed by the same signal.
+GRACE_S = 3
 
-def serve(app: ASGIApp, host: str, port: int, sockets: list[socket.socket] | None = None) -> None:
+
+def serve(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    sockets: list[socket.socket] | None = None,
+    on_stop_signal: Callable[[], None] = lambda: None,
+) -> None:
     """Until SIGINT/SIGTERM; `sockets`: already bound ones (SO_REUSEPORT workers, collector/workers.py)."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False)
-    uvicorn.Server(config).run(sockets=sockets)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="info", access_log=False, timeout_graceful_shutdown=GRACE_S
+    )
+    _Server(config, on_stop_signal).run(sockets=sockets)
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, on_stop_signal: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_stop_signal = on_stop_signal
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._on_stop_signal()
 
 
 class BackgroundServer:

@@ -14,6 +14,7 @@ import multiprocessing
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 
@@ -35,7 +36,13 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_workers(count: int, target: Callable[..., None], args: tuple[object, ...]) -> int:
+# Workers told to stop get this long, all together, before they are killed (a stop is promised in 10 s).
+WORKERS_STOP_S = 5.0
+
+
+def run_workers(
+    count: int, target: Callable[..., None], args: tuple[object, ...], on_stop_signal: Callable[[], None] = lambda: None
+) -> int:
     """Start `count` processes running target(*args); return when they have all stopped (exit code)."""
     context = multiprocessing.get_context("spawn")  # no inherited threads or event loops
     workers: list[BaseProcess] = [
@@ -46,6 +53,7 @@ def run_workers(count: int, target: Callable[..., None], args: tuple[object, ...
     def stop(signum: int, _frame: object) -> None:
         log.info("stopping %d collector workers (signal %d)", count, signum)
         stopping.set()
+        on_stop_signal()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -59,10 +67,13 @@ def run_workers(count: int, target: Callable[..., None], args: tuple[object, ...
         for worker in workers:
             if worker.is_alive() and worker.pid is not None:
                 worker.terminate()  # SIGTERM: uvicorn finishes in-flight requests, lifespan closes the pools
+        deadline = time.monotonic() + WORKERS_STOP_S
         for worker in workers:
-            worker.join(30)
+            worker.join(max(0.0, deadline - time.monotonic()))
             if worker.is_alive():
+                log.warning("collector worker %s did not stop in %.0f s: killed", worker.name, WORKERS_STOP_S)
                 worker.kill()
+                worker.join(1.0)
         return 1 if failed else 0
     finally:
         for sig, handler in previous.items():

@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,12 +27,15 @@ from gpuscope.collector.api.fast_ingest import FastIngest
 from gpuscope.collector.main import CollectorConfig, create_app
 from gpuscope.collector.parts import Part
 from gpuscope.collector.service import serve
+from gpuscope.collector.store.availability import DatabaseStatus
 from gpuscope.collector.store.retention import Retention
 from gpuscope.collector.store.timescale import Mode
 from gpuscope.collector.workers import reuse_port_socket, run_workers
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.listen import parse_listen
 from gpuscope.core.logredact import configure_logging, redact_secrets
+from gpuscope.core.pg_supervisor import Supervisor
+from gpuscope.core.shutdown import ShutdownDeadline
 from gpuscope.core.tokens import dsn_with_password_file, read_token_file
 from gpuscope.health.part import health_part
 from gpuscope.health.policy import load_policy
@@ -101,9 +105,10 @@ class CollectorSettings(BaseSettings):
         )
 
 
-def build(settings: CollectorSettings, dsn: str, token: str) -> FastIngest:
+def build(settings: CollectorSettings, dsn: str, token: str, database: DatabaseStatus | None = None) -> FastIngest:
     """The collector app for these settings on database `dsn`, accepting ingest `token` (and the node
-    tokens of settings.node_tokens_file). Files are read now, so a broken one stops the start."""
+    tokens of settings.node_tokens_file). Files are read now, so a broken one stops the start.
+    `database`: how the app learns the database's state (an embedded server's supervisor tells it more)."""
     node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
     config = CollectorConfig(
         dsn=dsn,
@@ -116,6 +121,7 @@ def build(settings: CollectorSettings, dsn: str, token: str) -> FastIngest:
         retention=settings.retention(),
         timescaledb=settings.timescaledb,
         parts=parts(settings),
+        database=database or DatabaseStatus(),
     )
     return create_app(config)
 
@@ -148,49 +154,88 @@ def alert_engine(settings: CollectorSettings) -> AlertEngine | None:
 
 
 def run(settings: CollectorSettings) -> int:
-    """Serve until stopped: the database (the configured one or an embedded one), then one or N processes."""
+    """Serve until stopped: the database (the configured one or an embedded one), then one or N processes.
+    A stop signal is obeyed within 10 s whatever the database is doing (core/shutdown.py)."""
     token = token_or_generate(settings.token_file, settings.data_dir)
     host, port = parse_listen(settings.listen)
-    with database(settings) as dsn:
-        check_database(dsn)
-        if settings.workers == 1:
-            log.info("collector listening on %s:%d", host, port)
-            serve(build(settings, dsn, token), host, port)
-            return 0
-        # Bound once here so that a busy port fails now, in one clear line, not in N workers.
-        reuse_port_socket(host, port).close()
-        log.info("collector listening on %s:%d with %d worker processes", host, port, settings.workers)
-        return run_workers(settings.workers, _worker, (settings, dsn, token, host, port))
+    with database(settings) as db:
+        deadline = ShutdownDeadline(last_words=db.stop_now)
+        try:
+            check_database(db.dsn, external=settings.db is not None)
+            if settings.workers == 1:
+                log.info("collector listening on %s:%d", host, port)
+                serve(build(settings, db.dsn, token, db.status), host, port, on_stop_signal=deadline.arm)
+                return 0
+            # Bound once here so that a busy port fails now, in one clear line, not in N workers.
+            reuse_port_socket(host, port).close()
+            log.info("collector listening on %s:%d with %d worker processes", host, port, settings.workers)
+            args = (settings, db.dsn, token, host, port, db.status.data_dir)
+            return run_workers(settings.workers, _worker, args, on_stop_signal=deadline.arm)
+        finally:
+            deadline.arm()  # stopping the embedded server is bounded too
+
+
+@dataclass(frozen=True)
+class Database:
+    dsn: str
+    status: DatabaseStatus
+    stop_now: Callable[[], None] = lambda: None  # past the shutdown deadline: what must not outlive us
 
 
 @contextlib.contextmanager
-def database(settings: CollectorSettings) -> Iterator[str]:
-    """A DSN: the one configured, or an embedded server's for as long as the context lasts."""
+def database(settings: CollectorSettings) -> Iterator[Database]:
+    """The configured database, or an embedded server, supervised (restarted when it dies), for as long
+    as the context lasts."""
     if settings.db is not None:
-        yield dsn_with_password_file(settings.db.get_secret_value(), settings.db_password_file)
+        yield Database(
+            dsn_with_password_file(settings.db.get_secret_value(), settings.db_password_file), DatabaseStatus()
+        )
         return
     if settings.db_password_file is not None:
         raise ValueError("--db-password-file needs --db (a DSN without its password)")
-    with EmbeddedPostgres(settings.data_dir) as pg:
-        yield pg.dsn
-
-
-def check_database(dsn: str) -> None:
-    """Connect once before serving, so a wrong --db is one line naming the problem (FastAPI's start-up
-    would print a traceback of its lifespan machinery instead)."""
+    server = EmbeddedPostgres(settings.data_dir)
+    server.start()
+    supervisor = Supervisor(server)
+    supervisor.start()
     try:
-        psycopg.connect(dsn, connect_timeout=10).close()
+        yield Database(server.dsn, DatabaseStatus(server.pgdata, supervisor.problem), lambda: server.stop(timeout=0.5))
+    finally:
+        supervisor.stop()  # first: the server's exit below is not a crash to recover from
+        server.stop(timeout=EMBEDDED_STOP_S)
+
+
+def check_database(dsn: str, external: bool = True) -> None:
+    """Connect once before serving, so a wrong --db is one line naming the problem (FastAPI's start-up
+    would print a traceback of its lifespan machinery instead). An external server that may lose
+    committed transactions is warned about: a 200 from ingest would no longer mean stored."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            settings: dict[str, str] = dict(conn.execute(UNSAFE_SETTINGS).fetchall()) if external else {}
     except psycopg.ProgrammingError as exc:  # libpq could not parse it
         raise ValueError(f"--db is not a PostgreSQL connection string: {redact_secrets(str(exc).strip())}") from None
     except psycopg.OperationalError as exc:
         reason = redact_secrets(str(exc).strip().splitlines()[0])
         raise RuntimeError(f"cannot connect to the database given with --db: {reason}") from None
+    for name, value in sorted(settings.items()):
+        if value == "off":
+            log.warning(
+                "the database runs with %s=off: a crash of its host can lose batches the collector has already"
+                " acknowledged (a 200 no longer means stored). Turn it on for production.",
+                name,
+            )
 
 
-def _worker(settings: CollectorSettings, dsn: str, token: str, host: str, port: int) -> None:
+# The two settings that void "acknowledged means stored" (full_page_writes=off risks torn pages too,
+# but those are repaired from a backup, not silently lost).
+UNSAFE_SETTINGS = "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit')"
+EMBEDDED_STOP_S = 5.0  # a fast shutdown's checkpoint; past it, immediate shutdown (the WAL has it all)
+
+
+def _worker(settings: CollectorSettings, dsn: str, token: str, host: str, port: int, data_dir: Path | None) -> None:
     # a fresh process (spawned): the CLI's logging again, libraries quiet and secrets redacted
     configure_logging(logging.INFO, fmt="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
-    serve(build(settings, dsn, token), host, port, sockets=[reuse_port_socket(host, port)])
+    app = build(settings, dsn, token, DatabaseStatus(data_dir))
+    serve(app, host, port, sockets=[reuse_port_socket(host, port)])
 
 
 def _auth(token_file: Path | None) -> TokenAuth | None:

@@ -1,4 +1,4 @@
-"""GET /healthz (is the database reachable) and GET /metrics (the collector's own figures)."""
+"""GET /healthz (does the database take writes) and GET /metrics (the collector's own figures)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from psycopg_pool import ConnectionPool
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import IngestStateDep, ReadPoolDep
 from gpuscope.collector.api.responses import HealthOut, UnhealthyOut
+from gpuscope.collector.store.availability import Cause, DatabaseStatus, classify
 
 router = APIRouter(tags=["health"])
 
@@ -25,15 +26,30 @@ router = APIRouter(tags=["health"])
     summary="200 when the collector can reach its database",
     responses={
         200: {"model": HealthOut, "description": "The database answers"},
-        503: {"model": UnhealthyOut, "description": "The database does not answer; `reason` names the error"},
+        503: {
+            "model": UnhealthyOut,
+            "description": "The database does not take writes or does not answer; `reason` names the cause",
+        },
     },
 )
-def healthz(pool: ReadPoolDep) -> JSONResponse:
+def healthz(pool: ReadPoolDep, state: IngestStateDep) -> JSONResponse:
+    """Unhealthy while the database does not take writes (the watch and the last write say why), or
+    when a read fails now."""
+    availability = state.database.current()
+    if not availability.ok:
+        since = datetime.fromtimestamp(availability.since, UTC).isoformat()
+        body = {"status": "unhealthy", "reason": availability.reason, "cause": availability.cause.value}
+        return JSONResponse({**body, "since": since}, status_code=503)
     try:
         with pool.connection(timeout=2.0) as conn:
             conn.execute("SELECT 1")
     except Exception as exc:  # any failure here means "not healthy", with the reason
-        return JSONResponse({"status": "unhealthy", "reason": type(exc).__name__}, status_code=503)
+        cause = classify(exc)
+        reason = type(exc).__name__ if cause is Cause.OK else f"{cause.value}: {type(exc).__name__}"
+        return JSONResponse(
+            {"status": "unhealthy", "reason": reason, "cause": "database error" if cause is Cause.OK else cause.value},
+            status_code=503,
+        )
     return JSONResponse({"status": "ok"})
 
 
@@ -44,7 +60,28 @@ def healthz(pool: ReadPoolDep) -> JSONResponse:
     responses={200: {"description": "The Prometheus text exposition format"}},
 )
 def metrics(state: IngestStateDep, pool: ReadPoolDep) -> Response:
-    return Response(generate_latest(state.registry) + _database_metrics(pool), media_type=CONTENT_TYPE_LATEST)
+    own = generate_latest(state.registry) + _availability_metrics(state.database)
+    return Response(own + _database_metrics(pool), media_type=CONTENT_TYPE_LATEST)
+
+
+def _availability_metrics(database: DatabaseStatus) -> bytes:
+    """The database's state as this collector sees it, one series per cause (1 for the current one), so
+    a PromQL rule can alert on a full disk even when nothing can be written (deploy/prometheus)."""
+    state = GaugeMetricFamily(
+        "gpuscope_collector_database_state",
+        "1 for the database's state as this collector sees it (ok, unreachable, restarting, disk_full), else 0",
+        labels=["state"],
+    )
+    availability = database.current()
+    for cause in Cause:
+        state.add_metric([cause.name.lower()], 1.0 if availability.cause is cause else 0.0)
+    families = [state]
+    if (free := database.free_bytes()) is not None:
+        text = "Free bytes in the file system of the embedded database's data directory"
+        families.append(GaugeMetricFamily("gpuscope_collector_database_free_bytes", text, value=free))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed(tuple(families)))
+    return generate_latest(registry)
 
 
 def _database_metrics(pool: ConnectionPool[Any]) -> bytes:

@@ -20,6 +20,8 @@ from gpuscope.collector.api.responses import BEARER, RETRY_AFTER, IngestRefusalO
 from gpuscope.collector.ingest.batch import MAX_JSON_BYTES
 from gpuscope.collector.ingest.schema import CONTENT_ENCODING, REQUEST_BODY
 from gpuscope.collector.ingest.wire import JSON, Batch, IngestError, check_encoding, decode_body, media_type
+from gpuscope.collector.store.availability import Cause
+from gpuscope.collector.store.group_writer import DatabaseAway
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
@@ -57,7 +59,11 @@ class IngestOut(BaseModel):
         415: error("Unsupported Content-Type or Content-Encoding", IngestRefusalOut),
         422: error("A field breaks a rule; `detail[].loc` names it", IngestRefusalOut),
         500: error("The database refused the batch; nothing was stored"),
-        503: error("Saturated or database unavailable; retry after Retry-After seconds", headers=RETRY_AFTER),
+        503: error(
+            "Saturated, or the database is away: `detail` names the cause (database unreachable, database"
+            " restarting, disk full); nothing was stored; retry after Retry-After seconds",
+            headers=RETRY_AFTER,
+        ),
     },
     # The route reads its body itself (FastAPI parses nothing): this only documents it.
     openapi_extra={"requestBody": REQUEST_BODY, "parameters": [CONTENT_ENCODING]},
@@ -80,6 +86,9 @@ async def push_samples(request: Request, state: IngestStateDep) -> Response:
         state.metrics.batches.labels("saturated").inc()
         return _unavailable("decoding saturated")
 
+    if (away := state.database.refuses_writes()) is not None:
+        state.metrics.batches.labels("db_unavailable").inc()
+        return _unavailable(away.reason)
     try:
         if state.write_slots.locked():  # wait_for costs a task per call: only when there is a wait
             await asyncio.wait_for(state.write_slots.acquire(), WRITE_SLOT_WAIT_S)
@@ -90,10 +99,16 @@ async def push_samples(request: Request, state: IngestStateDep) -> Response:
         return _unavailable("write path saturated")
     try:
         result = await state.writer.store(batch)
-    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+    except DatabaseAway as exc:  # the database went away while the batch waited: not tried
         state.metrics.batches.labels("db_unavailable").inc()
-        log.warning("database unavailable while storing a batch: %s", exc)
-        return _unavailable("database unavailable")
+        return _unavailable(str(exc))
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        availability = state.database.current()
+        state.metrics.batches.labels("disk_full" if availability.cause is Cause.DISK_FULL else "db_unavailable").inc()
+        if availability.ok:  # not about availability (a lost lock conflict): nothing stored, worth a retry
+            log.warning("storing a batch failed: %s", exc)
+            return _unavailable(f"database error, retry: {exc}")
+        return _unavailable(availability.reason)  # the watch logged the outage once, not every batch
     except psycopg.Error:
         state.metrics.batches.labels("db_error").inc()
         log.exception("storing a batch failed; the transaction was rolled back")

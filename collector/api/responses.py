@@ -60,7 +60,11 @@ class HealthOut(BaseModel):
 
 class UnhealthyOut(BaseModel):
     status: Literal["unhealthy"]
-    reason: str  # the exception's type, e.g. PoolTimeout
+    # The cause first: "database unreachable", "database restarting" or "disk full", then the detail
+    # ("disk full: 0.4 MiB free in /var/lib/gpuscope"); another failure: the error's type.
+    reason: str
+    cause: str  # the cause alone, for scripts: one of the three above, or "database error"
+    since: str | None = None  # RFC 3339: when the collector first saw it
 
 
 BEARER = {"WWW-Authenticate": {"description": "Bearer", "required": True, "schema": {"type": "string"}}}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpuscope.collector.api.auth import TokenAuth
+from gpuscope.collector.store.availability import DatabaseStatus
 from gpuscope.collector.store.group_writer import GroupWriter
 from gpuscope.collector.store.writer import InventoryCache
 
@@ -44,6 +45,7 @@ class IngestState:
     registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
     cache: InventoryCache = field(default_factory=InventoryCache)
     decode_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(DECODE_THREADS))
+    database: DatabaseStatus = field(default_factory=DatabaseStatus)  # refuse at once while it is away
 
     def __post_init__(self) -> None:
         self.metrics = IngestMetrics(self.registry)

@@ -4,7 +4,11 @@ Each request hands its validated batch to the writer and waits; a few writer tas
 batch waiting at that moment (up to MAX_GROUP) and store them with store_batches. A request is
 answered only after the transaction holding its batch has committed, so a 2xx still means durable.
 If a group fails for a reason other than the database being away, its batches are stored one by one,
-so one bad batch cannot fail the others.
+so one bad batch cannot fail the others. A group that lost a deadlock or a serialization conflict is
+tried once more as it was (store_batches takes its locks in one global order, so this should not happen).
+
+While the database is known to be away (store/availability.py), queued batches fail at once instead of
+each waiting for a connection; every outcome tells that state what the database did.
 """
 
 from __future__ import annotations
@@ -13,20 +17,31 @@ import asyncio
 import logging
 
 import psycopg
+import psycopg.errors
 from psycopg_pool import AsyncConnectionPool
 
+from gpuscope.collector.store.availability import DatabaseStatus
 from gpuscope.collector.store.batch import Batch
 from gpuscope.collector.store.writer import InventoryCache, StoreResult, store_batch, store_batches
 
 log = logging.getLogger(__name__)
 
 MAX_GROUP = 256
+# Lost a lock conflict: nothing was stored and nothing is wrong with the data, so the same group again.
+CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+
+class DatabaseAway(psycopg.OperationalError):
+    """Not tried: the database was known to be away when the batch's turn came."""
 
 
 class GroupWriter:
-    def __init__(self, pool: AsyncConnectionPool, cache: InventoryCache, writers: int) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool, cache: InventoryCache, writers: int, status: DatabaseStatus | None = None
+    ) -> None:
         self._pool = pool
         self._cache = cache
+        self._status = status or DatabaseStatus()
         self._queue: asyncio.Queue[tuple[Batch, asyncio.Future[StoreResult]]] = asyncio.Queue()
         self._tasks = [asyncio.create_task(self._run(), name=f"group-writer-{n}") for n in range(writers)]
 
@@ -48,9 +63,14 @@ class GroupWriter:
             await self._store(group)
 
     async def _store(self, group: list[tuple[Batch, asyncio.Future[StoreResult]]]) -> None:
+        if (away := self._status.refuses_writes()) is not None:
+            for _, future in group:
+                _settle(future, DatabaseAway(away.reason))
+            return
         try:
-            results = await store_batches(self._pool, [batch for batch, _ in group], self._cache)
+            results = await self._store_group([batch for batch, _ in group])
         except psycopg.Error as exc:
+            self._status.failed(exc)
             if len(group) == 1 or isinstance(exc, psycopg.OperationalError):
                 for _, future in group:
                     _settle(future, exc)
@@ -67,8 +87,16 @@ class GroupWriter:
             for _, future in group:
                 _settle(future, exc)
             return
+        self._status.wrote()
         for (_, future), result in zip(group, results, strict=True):
             _settle(future, result)
+
+    async def _store_group(self, batches: list[Batch]) -> list[StoreResult]:
+        try:
+            return await store_batches(self._pool, batches, self._cache)
+        except CONFLICTS as exc:
+            log.warning("a group of %d batches lost a lock conflict (%s); trying it again", len(batches), exc)
+            return await store_batches(self._pool, batches, self._cache)
 
 
 def _settle(future: asyncio.Future[StoreResult], outcome: StoreResult | BaseException) -> None:

@@ -59,7 +59,23 @@ async def store_batch(pool: AsyncConnectionPool, batch: Batch, cache: InventoryC
 
 async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: InventoryCache) -> list[StoreResult]:
     """Store several batches in one transaction with one COPY per table (group commit): the per-batch
-    cost of a transaction and of a COPY is shared. Results are in the order of `batches`."""
+    cost of a transaction and of a COPY is shared. Results are in the order of `batches`.
+
+    Rows are locked in one global order, node by node and batch by batch (lock_order), in every step, so
+    two groups holding the same nodes or the same retried batches in other orders cannot deadlock."""
+    order = sorted(range(len(batches)), key=lambda n: lock_order(batches[n]))
+    results = await _store_in_order(pool, [batches[n] for n in order], cache)
+    in_given_order: list[StoreResult] = [results[0]] * len(batches)
+    for position, n in enumerate(order):
+        in_given_order[n] = results[position]
+    return in_given_order
+
+
+def lock_order(batch: Batch) -> tuple[str, str, str, int]:
+    return (batch.cluster, batch.node, str(batch.exporter_id), batch.seq)
+
+
+async def _store_in_order(pool: AsyncConnectionPool, batches: list[Batch], cache: InventoryCache) -> list[StoreResult]:
     if cache.plain_layout:
         await _ensure_partitions(pool, batches, cache)
     new_entries: PendingEntries = []
@@ -191,7 +207,7 @@ async def _gpu_ids(
 ) -> dict[int, int]:
     ids: dict[int, int] = {}
     missing = []
-    for gpu in batch.gpus:
+    for gpu in sorted(batch.gpus, key=lambda g: g.index):  # rows locked in index order (lock_order)
         key = (node_id, gpu.index, gpu.uuid, gpu.model, gpu.pci_bus_id)
         if key in cache.gpus:
             ids[gpu.index] = cache.gpus[key]
@@ -228,7 +244,7 @@ async def _port_ids(
 ) -> list[int]:
     """Port ids in the batch's `ports` order (samples refer to ports by position)."""
     keys = [(node_id, p.device, p.port) for p in batch.ports]
-    missing = [k for k in keys if k not in cache.ports]
+    missing = sorted({k for k in keys if k not in cache.ports})  # rows locked in one order (lock_order)
     if missing:
         cur = await conn.execute(
             "INSERT INTO ib_port (node_id, device, port)"
@@ -249,7 +265,7 @@ async def _mig_ids(
 ) -> list[int]:
     """MIG device ids in the batch's `migs` order (its rows refer to them by position)."""
     keys = [(gpu_ids[m.gpu], m) for m in batch.migs]
-    missing = [k for k in keys if k not in cache.migs]
+    missing = sorted({k for k in keys if k not in cache.migs}, key=lambda k: (k[0], k[1].uuid))  # one lock order
     found: dict[tuple[int, MigInfo], int] = {}
     if missing:
         cur = await conn.execute(

@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from gpuscope.core.listen import free_loopback_port
+from gpuscope.core.pg_lockfile import clear_stale_lock
 from gpuscope.core.ports import ensure_free
 from gpuscope.core.tokens import dsn_with_password_file
 
@@ -90,6 +92,8 @@ class EmbeddedPostgres:
         self._log_path = data_dir / "postgres.log"
         self._process: subprocess.Popen[bytes] | None = None
         self._user = _server_user()
+        self._closing = threading.Event()  # stop() was called: no restart, no more waiting for readiness
+        self._lifecycle = threading.RLock()  # stop() and a supervisor's restart, one at a time
 
     @property
     def dsn(self) -> str:
@@ -109,6 +113,30 @@ class EmbeddedPostgres:
             self._initdb(bin_dir)
         # A restart keeps its address, so clients reconnect to it.
         self.port = self.port or self._recorded_port() or free_loopback_port()
+        self._closing.clear()
+        self._launch(bin_dir, timeout)
+        self._ensure_database()
+        self._record_address()
+        log.info("embedded PostgreSQL %s running from %s", self.redacted_dsn, self.pgdata)
+        return self.dsn
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Start the server again after it exited, on the same data directory and port (the supervisor's
+        step: clients reconnect to the address they know)."""
+        with self._lifecycle:
+            if self._closing.is_set():
+                raise EmbeddedPostgresError("not restarted: the server is being stopped")
+            if self._process is not None and self._process.poll() is None:
+                return
+            self._launch(find_pg_bin(), timeout)
+
+    def exit_code(self) -> int | None:
+        """None while the server runs; its exit status once it has exited (the process is reaped)."""
+        process = self._process
+        return None if process is None else process.poll()
+
+    def _launch(self, bin_dir: Path, timeout: float) -> None:
+        clear_stale_lock(self.pgdata)
         args = [
             str(bin_dir / "postgres"),
             "-D",
@@ -134,22 +162,26 @@ class EmbeddedPostgres:
         )
         log_file.close()
         self._wait_ready(timeout)
-        self._ensure_database()
-        self._record_address()
-        log.info("embedded PostgreSQL %s running from %s", self.redacted_dsn, self.pgdata)
-        return self.dsn
 
     def stop(self, timeout: float = 30.0) -> None:
-        process, self._process = self._process, None
+        """Fast shutdown (open transactions rolled back, a checkpoint); past `timeout`, immediate shutdown
+        (SIGQUIT: nothing committed is lost, the next start replays the WAL)."""
+        self._closing.set()  # a supervisor's restart in progress gives up
+        with self._lifecycle:
+            process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
-        process.send_signal(signal.SIGINT)  # "fast" shutdown: roll back open transactions, checkpoint
+        process.send_signal(signal.SIGINT)
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            log.warning("PostgreSQL did not stop in %.0fs; sending SIGQUIT", timeout)
+            log.warning("PostgreSQL did not stop in %.0fs; sending SIGQUIT (immediate shutdown)", timeout)
             process.send_signal(signal.SIGQUIT)
-            process.wait(10)
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()
@@ -215,7 +247,7 @@ class EmbeddedPostgres:
     def _wait_ready(self, timeout: float) -> None:
         assert self._process is not None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._closing.is_set():
             if self._process.poll() is not None:
                 raise EmbeddedPostgresError(f"PostgreSQL exited at start-up:\n{self._log_tail()}")
             try:
@@ -223,7 +255,11 @@ class EmbeddedPostgres:
                     return
             except psycopg.OperationalError:
                 time.sleep(0.1)
-        self.stop()
+        self._process.send_signal(signal.SIGQUIT)  # not ready, or no longer wanted: no checkpoint to wait for
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(10)
+        if self._closing.is_set():
+            raise EmbeddedPostgresError("PostgreSQL start-up abandoned: the server is being stopped")
         raise EmbeddedPostgresError(f"PostgreSQL not ready after {timeout:.0f}s:\n{self._log_tail()}")
 
     def _ensure_database(self) -> None:

@@ -16,11 +16,13 @@ def open_read_pool(
     timeout: float = 30.0,
     wait: bool = True,
     statement_timeout_s: float | None = None,
+    reconnect_timeout: float = 5 * 60.0,
 ) -> ConnectionPool[Any]:
     """Open a pool of read-only autocommit connections. `wait`: fail within `timeout` if the database is
     away; else start anyway (the dashboard shows the outage and recovers). A connection is waited for
     `timeout` at most. `statement_timeout_s`: the server cancels any statement running longer
-    (psycopg.errors.QueryCanceled); a transaction may lower it with SET LOCAL."""
+    (psycopg.errors.QueryCanceled); a transaction may lower it with SET LOCAL. `reconnect_timeout`: how
+    long the pool itself retries a failed connection (with back-off) before leaving it to the next caller."""
     options = READ_ONLY_OPTIONS
     if statement_timeout_s is not None:
         options += f" -c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
@@ -30,6 +32,7 @@ def open_read_pool(
         max_size=max_size,
         open=False,
         timeout=timeout,
+        reconnect_timeout=reconnect_timeout,
         kwargs={"autocommit": True, "options": options, "connect_timeout": max(2, int(timeout))},
     )
     pool.open(wait=wait, timeout=timeout)

@@ -1,0 +1,159 @@
+"""Whether the database takes writes now, and if not, why.
+
+Ingest consults this before it queues a batch: while the database is known to be away, a request is
+answered 503 at once with the cause, instead of waiting on a pool that cannot connect (exporters give
+up after ~10 s and would never see the answer). /healthz and /metrics report the same state.
+
+What sets it: every write's outcome (a failure is classified, a success clears it) and the watch
+(collector/store/watch.py), which probes the server every second whether or not anyone writes. An
+embedded server's supervisor (gpuscope/core/embedded_pg.py) tells "restarting" apart from "unreachable".
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+import psycopg
+import psycopg.errors
+import psycopg_pool
+
+# SQLSTATEs of a server that is there but not taking connections now: shutting down or starting up.
+RESTART_STATES = {"57P01", "57P02", "57P03"}  # admin_shutdown, crash_shutdown, cannot_connect_now
+DISK_FULL_TEXT = "No space left on device"
+# After a disk-full failure, this much more free space in the data directory counts as "freed".
+FREED_BYTES = 16 * 2**20
+
+
+class Cause(StrEnum):
+    OK = "ok"
+    UNREACHABLE = "database unreachable"
+    RESTARTING = "database restarting"
+    DISK_FULL = "disk full"
+
+
+@dataclass(frozen=True)
+class Availability:
+    cause: Cause
+    detail: str  # one line: the error, the free space, the supervisor's word
+    since: float  # time.time() of the change to this cause
+    free_bytes: int | None = None  # of the data directory's file system, where it is known
+
+    @property
+    def ok(self) -> bool:
+        return self.cause is Cause.OK
+
+    @property
+    def reason(self) -> str:
+        """What a 503 and /healthz say: the cause, then the detail."""
+        return self.cause.value if not self.detail else f"{self.cause.value}: {self.detail}"
+
+
+class DatabaseStatus:
+    """Thread-safe: writes happen on the event loop, /healthz runs in the thread pool."""
+
+    def __init__(self, data_dir: Path | None = None, server_problem: Callable[[], str | None] | None = None) -> None:
+        # data_dir: an embedded server's (its free space is ours to read); None for --db.
+        # server_problem(): the supervisor's sentence while the server is not running, else None.
+        self.data_dir = data_dir
+        self._server_problem = server_problem
+        self._lock = threading.Lock()
+        self._state = Availability(Cause.OK, "", time.time())
+        self._free_at_failure: int | None = None
+
+    def current(self) -> Availability:
+        """The state now; a supervisor restarting the server overrides what the last write saw."""
+        problem = self._server_problem() if self._server_problem else None
+        with self._lock:
+            state = self._state
+        if problem is not None and state.cause is not Cause.DISK_FULL:
+            free = self.free_bytes()
+            if free is not None and free < FREED_BYTES:
+                return Availability(Cause.DISK_FULL, _free_text(free, self.data_dir), state.since, free)
+            return Availability(Cause.RESTARTING, problem, state.since, free)
+        return state
+
+    def refuses_writes(self) -> Availability | None:
+        """The state when a write should not even be tried (the server is away), else None. A full disk
+        is tried: its failure is immediate, and the first write after space is freed succeeds."""
+        state = self.current()
+        return state if state.cause in (Cause.UNREACHABLE, Cause.RESTARTING) else None
+
+    def wrote(self) -> None:
+        self._set(Cause.OK, "")
+
+    def failed(self, exc: BaseException) -> Availability:
+        """Record a failed write or probe; returns the state it leads to."""
+        cause = classify(exc)
+        if cause is Cause.DISK_FULL:
+            free = self.free_bytes()
+            with self._lock:
+                self._free_at_failure = free
+            return self._set(cause, _free_text(free, self.data_dir) if free is not None else _first_line(exc), free)
+        if cause is Cause.OK:  # not about availability (a bad value, a bug): nothing changes
+            return self.current()
+        return self._set(cause, _first_line(exc))
+
+    def reachable(self) -> bool:
+        """The watch reached the server; True when that ends an outage. A full disk is left standing
+        until a write succeeds or space is freed (a read works on a full disk)."""
+        with self._lock:
+            cause = self._state.cause
+        if cause is Cause.DISK_FULL:
+            free = self.free_bytes()
+            with self._lock:
+                freed = free is not None and self._free_at_failure is not None
+                freed = freed and free >= (self._free_at_failure or 0) + FREED_BYTES  # type: ignore[operator]
+            if freed:
+                self._set(Cause.OK, "")
+            return freed
+        if cause is Cause.OK:
+            return False
+        self._set(Cause.OK, "")
+        return True
+
+    def free_bytes(self) -> int | None:
+        if self.data_dir is None:
+            return None
+        try:
+            return shutil.disk_usage(self.data_dir).free
+        except OSError:
+            return None
+
+    def _set(self, cause: Cause, detail: str, free: int | None = None) -> Availability:
+        with self._lock:
+            since = self._state.since if self._state.cause is cause else time.time()
+            self._state = Availability(cause, detail, since, free)
+            return self._state
+
+
+def classify(exc: BaseException) -> Cause:
+    """What a database error says about availability; Cause.OK when it says nothing about it."""
+    if isinstance(exc, psycopg.errors.DiskFull) or DISK_FULL_TEXT in str(exc):
+        return Cause.DISK_FULL
+    if isinstance(exc, psycopg_pool.PoolTimeout | TimeoutError):
+        return Cause.UNREACHABLE
+    if isinstance(exc, psycopg.OperationalError):
+        sqlstate = getattr(exc, "sqlstate", None)
+        if sqlstate in RESTART_STATES:
+            return Cause.RESTARTING
+        # No SQLSTATE: the connection failed or broke (refused, reset, server closed it); class 08 too.
+        if sqlstate is None or sqlstate.startswith("08"):
+            return Cause.UNREACHABLE
+    return Cause.OK
+
+
+def _free_text(free: int | None, data_dir: Path | None) -> str:
+    if free is None:
+        return "the database server's disk is full"
+    return f"{free / 2**20:.1f} MiB free in {data_dir}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
