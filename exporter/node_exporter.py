@@ -105,7 +105,8 @@ class NodeExporter:
             if not self.pusher.flush(time.monotonic() + flush_seconds):
                 lost = self.pusher.spill()
                 if lost:
-                    log.warning("%s: %d snapshots not delivered at shutdown (no --spool-dir)", self.config.node, lost)
+                    why = "the spool could not take them" if self.config.spool_dir else "no --spool-dir"
+                    log.warning("%s: %d snapshots not delivered at shutdown (%s)", self.config.node, lost, why)
                 else:
                     log.info(
                         "%s: unsent batches kept in %s for the next start", self.config.node, self.config.spool_dir

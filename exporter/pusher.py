@@ -1,14 +1,17 @@
 """Sends snapshots to the collector in batches, retrying a batch under the same sequence number.
 
 A retried batch keeps its (exporter_id, seq), so the collector stores it once however often it
-arrives. Snapshots wait in a bounded in-memory queue; while the collector is unreachable (network
-errors, 5xx, 429, 401) full batches move to the on-disk spool, and at shutdown everything unsent is
-spooled, to be replayed first, in order, once the collector answers. Without a spool, or past the
-spool's cap, the oldest data is dropped and counted.
+arrives. Snapshots wait in a bounded in-memory queue until the push interval is up. With a spool, the
+first failed try of a batch (network errors, 5xx, 429, 408, 401/403) writes that batch and everything
+queued to disk before backing off, and each back-off tick writes what was sampled since, so a killed
+exporter loses at most a tick's snapshots; spooled batches are replayed first, in order, unmerged.
+A spool that cannot be written keeps the snapshots in memory and is tried again. Without a spool, or
+past either cap, the oldest data is dropped and counted. Retry-After (503, 429) is honoured.
 """
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import logging
 import random
@@ -17,7 +20,9 @@ import time
 import urllib.parse
 from collections import deque
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
+from typing import NamedTuple
 
 from gpuscope.exporter.events import Event, EventTracker
 from gpuscope.exporter.snapshot import Snapshot
@@ -28,6 +33,12 @@ from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, BINARY_MAGIC, Origin, en
 log = logging.getLogger(__name__)
 
 INGEST_PATH = "/api/v1/samples"
+RETRIED = (401, 403, 408, 429)  # and every 5xx
+BACKOFF_TICK_S = 0.5  # while backing off, what was sampled reaches the spool at least this often
+BACKOFF_MAX_S = 60.0
+RETRY_AFTER_MAX_S = 300.0  # a collector's (or proxy's) Retry-After beyond this is not believed
+
+_Queued = tuple[Snapshot, list[Event]]  # a snapshot with the events seen when it was taken (exporter/events.py)
 
 
 @dataclass
@@ -37,13 +48,20 @@ class PushStats:
     snapshots_dropped: int = 0  # queue overflow
     batches_rejected: int = 0  # the collector refused them for good (4xx)
     failures: int = 0  # network errors, 5xx: retried
+    spool_write_failures: int = 0  # the spool refused a batch (disk full, EIO): kept in memory, tried again
 
 
 @dataclass
 class _Batch:
     body: bytes
     count: int  # snapshots in it (0 when read back from the spool: not known, not needed)
-    spool_path: Path | None = None
+    spool_path: Path | None = None  # where it is on disk, if it is
+
+
+class _Answer(NamedTuple):
+    status: int
+    reason: str
+    retry_after: float | None  # seconds the collector asked for (503, 429), if it asked
 
 
 class Pusher:
@@ -61,6 +79,8 @@ class Pusher:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"push URL must be http(s)://HOST[:PORT], got {url!r}")
+        if queue_limit < 1:
+            raise ValueError("the memory queue must hold at least one snapshot")
         self._parsed = parsed
         self._token = token
         self._origin = origin
@@ -70,8 +90,7 @@ class Pusher:
         self._push_interval = push_interval
         self._last_push = 0.0
         self._timeout = timeout
-        # Each snapshot with the events seen when it was taken (exporter/events.py).
-        self._queue: deque[tuple[Snapshot, list[Event]]] = deque()
+        self._queue: deque[_Queued] = deque()
         self._events = EventTracker()
         self._queue_limit = queue_limit
         self._cond = threading.Condition()
@@ -79,28 +98,23 @@ class Pusher:
         self._in_flight: _Batch | None = None
         self._conn: http.client.HTTPConnection | None = None
         self._send_lock = threading.Lock()  # the run loop and a shutdown flush may overlap
+        self._spool_failing = False  # so a full disk is logged once, not at every tick
         self.spool = spool
         self.stats = PushStats()
+        self.retry_after: float | None = None  # what the last failed try's answer asked for
 
     def enqueue(self, snapshot: Snapshot) -> None:
         with self._cond:
-            events = self._events.observe(snapshot)
-            if len(self._queue) >= self._queue_limit:
-                _, dropped_events = self._queue.popleft()
-                self.stats.snapshots_dropped += 1
-                if dropped_events:  # samples may be dropped under pressure; events are rare and kept
-                    if self._queue:
-                        oldest, oldest_events = self._queue[0]
-                        self._queue[0] = (oldest, dropped_events + oldest_events)
-                    else:
-                        events = dropped_events + events
-            self._queue.append((snapshot, events))
+            self._queue.append((snapshot, self._events.observe(snapshot)))
+            self._trim_queue()
             self._cond.notify()
 
     def pending(self) -> int:
-        """Snapshots not yet acknowledged, in memory; spooled batches are counted by the spool."""
+        """Snapshots not yet acknowledged, in memory only; spooled batches are counted by the spool."""
         with self._cond:
-            return len(self._queue) + (self._in_flight.count if self._in_flight else 0)
+            in_flight = self._in_flight
+            unspooled = in_flight.count if in_flight is not None and in_flight.spool_path is None else 0
+            return len(self._queue) + unspooled
 
     def backlog(self) -> bool:
         with self._cond:
@@ -111,10 +125,11 @@ class Pusher:
         retry_at = 0.0
         while not stop.is_set():
             if time.monotonic() < retry_at:
-                # Backing off: keep memory bounded by moving full batches to disk meanwhile.
+                # Backing off: what was sampled meanwhile goes to disk at every tick, so a killed exporter
+                # loses at most one tick's snapshots (and memory stays small through a long outage).
                 with self._send_lock:
-                    self._spill_queue(minimum=self._max_batch)
-                stop.wait(min(0.5, retry_at - time.monotonic()))
+                    self._spool_unsent()
+                stop.wait(min(BACKOFF_TICK_S, retry_at - time.monotonic()))
                 continue
             if not self._due():
                 with self._cond:
@@ -123,9 +138,15 @@ class Pusher:
             if self.push_once():
                 backoff = 0.0
             else:
-                backoff = min(60.0, max(1.0, backoff * 2))
-                # Jitter: a recovering collector is not hit by every exporter at the same instant.
-                retry_at = time.monotonic() + backoff * random.uniform(0.5, 1.0)
+                backoff = min(BACKOFF_MAX_S, max(1.0, backoff * 2))
+                retry_at = time.monotonic() + self._retry_delay(backoff)
+
+    def _retry_delay(self, backoff: float) -> float:
+        # Jitter: a recovering collector is not hit by every exporter at the same instant.
+        delay = backoff * random.uniform(0.5, 1.0)
+        if self.retry_after is not None:  # the collector knows best when it can take us again
+            delay = max(delay, self.retry_after * random.uniform(1.0, 1.2))
+        return delay
 
     def _due(self) -> bool:
         """Something to send now: a retry or spooled batch, a full batch, or the push interval is up."""
@@ -141,20 +162,15 @@ class Pusher:
         """Push everything queued, giving up at `deadline` (time.monotonic()); True when all was sent."""
         while self.backlog() and time.monotonic() < deadline:
             if not self.push_once():
-                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+                wait = max(0.5, self.retry_after or 0.0)
+                time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
         return not self.backlog()
 
     def spill(self) -> int:
         """Write everything unsent to the spool (at shutdown); returns the snapshots that had nowhere to go."""
         with self._send_lock:
-            if self.spool is None:
-                return self.pending()
-            with self._cond:
-                in_flight, self._in_flight = self._in_flight, None
-            if in_flight is not None and in_flight.spool_path is None:
-                self.spool.put(in_flight.body)
-            self._spill_queue(minimum=1)
-            return 0
+            self._spool_unsent()
+            return self.pending()
 
     def push_once(self) -> bool:
         """Send the in-flight batch (forming one from the queue if none); True unless it must be retried."""
@@ -165,62 +181,74 @@ class Pusher:
         batch = self._take_batch()
         if batch is None:
             return True
+        self.retry_after = None
         try:
-            status, reason = self._post(batch.body)
+            answer = self._post(batch.body)
         except (OSError, http.client.HTTPException) as exc:
-            self.stats.failures += 1
             log.warning("push to %s failed: %s (will retry)", self._parsed.netloc, exc)
             self._close()
-            self._spill_queue(minimum=self._max_batch)
-            return False
-        if 200 <= status < 300:
+            return self._failed()
+        if 200 <= answer.status < 300:
             self._done(batch, sent=True)
             return True
-        if status in (401, 403, 408, 429) or status >= 500:
+        if answer.status in RETRIED or answer.status >= 500:
             # Auth problems are retried too: an operator fixing the token must not cost the data.
-            self.stats.failures += 1
-            log.warning("collector answered %d %s (will retry)", status, reason)
-            self._spill_queue(minimum=self._max_batch)
-            return False
+            log.warning("collector answered %d %s (will retry)", answer.status, answer.reason)
+            self.retry_after = answer.retry_after
+            return self._failed()
         self.stats.batches_rejected += 1
-        log.error("collector rejected a batch: %d %s (dropped)", status, reason)
+        log.error("collector rejected a batch: %d %s (dropped)", answer.status, answer.reason)
         self._done(batch, sent=False)
         return True
 
+    def _failed(self) -> bool:
+        """A try to repeat: before backing off, everything unacknowledged goes to disk (with a spool)."""
+        self.stats.failures += 1
+        self._spool_unsent()
+        return False
+
     def families(self) -> list[Family]:
-        """The pusher's own figures, for the exporter's /metrics."""
-        stats = self.stats
-        out = [
-            Family("gpuscope_exporter_push_batches", "counter", "Batches the collector accepted"),
-            Family(
-                "gpuscope_exporter_push_rejected_batches", "counter", "Batches the collector refused for good (4xx)"
+        """The pusher's own figures, for the exporter's /metrics; each cap has the counter of what it cost."""
+        stats, spool = self.stats, self.spool
+        figures = [
+            ("gpuscope_exporter_push_batches", "counter", "Batches the collector accepted", stats.batches_sent),
+            (
+                "gpuscope_exporter_push_rejected_batches",
+                "counter",
+                "Batches refused for good (4xx)",
+                stats.batches_rejected,
             ),
-            Family("gpuscope_exporter_push_failures", "counter", "Push attempts that failed and will be retried"),
-            Family(
-                "gpuscope_exporter_dropped_snapshots", "counter", "Snapshots dropped because the memory queue was full"
+            ("gpuscope_exporter_push_failures", "counter", "Push attempts that will be retried", stats.failures),
+            (
+                "gpuscope_exporter_dropped_snapshots",
+                "counter",
+                "Snapshots dropped at the memory queue's cap",
+                stats.snapshots_dropped,
             ),
-            Family("gpuscope_exporter_queue_snapshots", "gauge", "Snapshots waiting in memory"),
+            ("gpuscope_exporter_queue_snapshots", "gauge", "Snapshots waiting in memory", self.pending()),
         ]
-        for family, value in zip(
-            out,
-            (stats.batches_sent, stats.batches_rejected, stats.failures, stats.snapshots_dropped, self.pending()),
-            strict=True,
-        ):
-            family.add("", value)
-        if self.spool is not None:
-            for name, kind, text, value in (
-                ("gpuscope_exporter_spool_batches", "gauge", "Batches waiting in the on-disk spool", len(self.spool)),
-                ("gpuscope_exporter_spool_bytes", "gauge", "Size of the on-disk spool", self.spool.size_bytes),
+        if spool is not None:
+            figures += [
+                ("gpuscope_exporter_spool_batches", "gauge", "Batches waiting in the on-disk spool", len(spool)),
+                ("gpuscope_exporter_spool_bytes", "gauge", "Size of the on-disk spool", spool.size_bytes),
                 (
                     "gpuscope_exporter_spool_dropped_batches",
                     "counter",
                     "Oldest spooled batches dropped at the size cap",
-                    self.spool.dropped_batches,
+                    spool.dropped_batches,
                 ),
-            ):
-                family = Family(name, kind, text)
-                family.add("", value)
-                out.append(family)
+                (
+                    "gpuscope_exporter_spool_write_failures",
+                    "counter",
+                    "Spool writes that failed; their snapshots stayed in memory",
+                    stats.spool_write_failures,
+                ),
+            ]
+        out = []
+        for name, kind, text, value in figures:
+            family = Family(name, kind, text)
+            family.add("", value)
+            out.append(family)
         return out
 
     def close(self) -> None:
@@ -235,28 +263,76 @@ class Pusher:
                 if spooled is not None:
                     self._in_flight = _Batch(body=spooled[1], count=0, spool_path=spooled[0])
             if self._in_flight is None and self._queue:
-                self._in_flight = self._encode(min(self._max_batch, len(self._queue)))
+                self._in_flight = self._encode(self._take(min(self._max_batch, len(self._queue))))
             return self._in_flight
 
-    def _encode(self, count: int) -> _Batch:
-        """Take `count` snapshots off the queue as one batch with the next sequence number (lock held)."""
-        taken = [self._queue.popleft() for _ in range(count)]
+    def _take(self, count: int) -> list[_Queued]:
+        """The `count` oldest queued snapshots, off the queue (lock held)."""
         self._last_push = time.monotonic()
+        return [self._queue.popleft() for _ in range(count)]
+
+    def _encode(self, taken: list[_Queued]) -> _Batch:
+        """One batch of these snapshots with the next sequence number (lock held)."""
         snapshots = [snapshot for snapshot, _ in taken]
         events = [event for _, snapshot_events in taken for event in snapshot_events]
         self._seq += 1
-        return _Batch(body=encode_binary(self._origin, self._seq, snapshots, events), count=count)
+        return _Batch(body=encode_binary(self._origin, self._seq, snapshots, events), count=len(taken))
 
-    def _spill_queue(self, minimum: int) -> None:
-        """While the collector is away, move queued snapshots to disk in batches of at least `minimum`."""
+    def _spool_unsent(self) -> None:
+        """Put the unacknowledged batch, then every queued snapshot, on disk, in that order (send lock held).
+
+        Spooled batches are never merged or renumbered: one whose answer was lost may be stored already."""
         if self.spool is None:
             return
+        with self._cond:
+            in_flight = self._in_flight
+        if in_flight is not None and in_flight.spool_path is None:
+            path = self._spool_put(in_flight.body)
+            if path is None:
+                return  # nothing newer goes to disk before it
+            with self._cond:
+                in_flight.spool_path = path  # a later success removes the file
         while True:
             with self._cond:
-                if len(self._queue) < minimum or not self._queue:
+                if not self._queue:
                     return
-                batch = self._encode(min(self._max_batch, len(self._queue)))
-            self.spool.put(batch.body)
+                taken = self._take(min(self._max_batch, len(self._queue)))
+                batch = self._encode(taken)
+            if self._spool_put(batch.body) is None:
+                with self._cond:  # back in front, in order; its sequence number stays unused, which is allowed
+                    self._queue.extendleft(reversed(taken))
+                    self._trim_queue()
+                return
+
+    def _spool_put(self, body: bytes) -> Path | None:
+        """The batch's spool file, or None when the spool cannot take it now (logged once per episode)."""
+        assert self.spool is not None
+        try:
+            path = self.spool.put(body)
+        except OSError as exc:
+            self.stats.spool_write_failures += 1
+            if not self._spool_failing:
+                self._spool_failing = True
+                log.error(
+                    "cannot write to the spool %s: %s; unsent snapshots stay in memory (at most %d) until it can",
+                    self.spool.directory,
+                    exc,
+                    self._queue_limit,
+                )
+            return None
+        if self._spool_failing:
+            self._spool_failing = False
+            log.warning("the spool %s takes batches again", self.spool.directory)
+        return path
+
+    def _trim_queue(self) -> None:
+        """Drop the oldest snapshots past the queue's cap, counted (lock held)."""
+        while len(self._queue) > self._queue_limit:
+            _, dropped_events = self._queue.popleft()
+            self.stats.snapshots_dropped += 1
+            if dropped_events:  # samples may be dropped under pressure; events are rare and kept
+                oldest, oldest_events = self._queue[0]
+                self._queue[0] = (oldest, dropped_events + oldest_events)
 
     def _done(self, batch: _Batch, sent: bool) -> None:
         with self._cond:
@@ -267,7 +343,7 @@ class Pusher:
             self.stats.batches_sent += 1
             self.stats.snapshots_sent += batch.count
 
-    def _post(self, body: bytes) -> tuple[int, str]:
+    def _post(self, body: bytes) -> _Answer:
         reused = self._conn is not None
         try:
             return self._send(body)
@@ -280,7 +356,7 @@ class Pusher:
             self._close()
             return self._send(body)
 
-    def _send(self, body: bytes) -> tuple[int, str]:
+    def _send(self, body: bytes) -> _Answer:
         if self._conn is None:
             cls = http.client.HTTPSConnection if self._parsed.scheme == "https" else http.client.HTTPConnection
             self._conn = cls(self._parsed.hostname or "", self._parsed.port, timeout=self._timeout)
@@ -293,12 +369,35 @@ class Pusher:
         )
         response = self._conn.getresponse()
         detail = response.read()[:2000].decode("utf-8", "replace")  # read all: keeps the connection usable
-        return response.status, f"{response.reason}: {detail}" if response.status >= 400 else response.reason
+        status = response.status
+        return _Answer(
+            status,
+            f"{response.reason}: {detail}" if status >= 400 else response.reason,
+            parse_retry_after(response.getheader("Retry-After")) if status in (429, 503) else None,
+        )
 
     def _close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After value (RFC 9110 10.2.3: delay-seconds or an HTTP-date), at most
+    RETRY_AFTER_MAX_S; None when there is none or it is not understood."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    if value.isascii() and value.isdigit():
+        return min(float(value), RETRY_AFTER_MAX_S)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # RFC 9110: an HTTP-date is always GMT
+        when = when.replace(tzinfo=UTC)
+    seconds = when.timestamp() - (time.time() if now is None else now)
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
 
 
 def _content_headers(body: bytes) -> dict[str, str]:

@@ -1,9 +1,9 @@
 """An on-disk queue of encoded batches, for when the collector is unreachable.
 
-Each batch is one file, written to a temporary name, fsynced and renamed, so a crash leaves either
-the whole batch or nothing. Names sort in the order batches were spooled, and batches keep their
-(exporter_id, seq), so replaying after a restart is safe: the collector stores a batch once.
-When the spool would exceed its size cap, the oldest batches are dropped, counted and logged.
+Each batch is one file, written to a temporary name, fsynced and renamed (and the directory fsynced),
+so a crash leaves either the whole batch or nothing. Names sort in the order batches were spooled, and
+batches keep their (exporter_id, seq), so replaying after a restart is safe: the collector stores a
+batch once. When the spool would exceed its size cap, the oldest batches are dropped, counted and logged.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ class Spool:
         self._lock = threading.Lock()
         for leftover in directory.glob("*.tmp"):  # a write cut off by a crash: never acknowledged
             leftover.unlink(missing_ok=True)
-        self._files = sorted(directory.glob("*" + SUFFIX))
-        self._bytes = sum(path.stat().st_size for path in self._files)
+        self._sizes = {path: path.stat().st_size for path in sorted(directory.glob("*" + SUFFIX))}
+        self._files = list(self._sizes)
+        self._bytes = sum(self._sizes.values())
+        # Names must keep sorting in spooling order even if the wall clock steps back, here or across a restart.
+        self._last_stamp = max((_stamp(path) for path in self._files), default=0)
         if self._files:
             log.info("spool %s holds %d batches from before; they are sent first", directory, len(self._files))
 
@@ -46,24 +49,33 @@ class Spool:
         with self._lock:
             return self._bytes
 
-    def put(self, body: bytes) -> None:
-        name = f"{time.time_ns():020d}-{next(self._counter):06d}{SUFFIX}"
-        path = self.directory / name
+    def put(self, body: bytes) -> Path:
+        """Store a batch durably and return its file; an OSError means it is not in the spool at all."""
+        with self._lock:
+            self._last_stamp = max(time.time_ns(), self._last_stamp + 1)
+            path = self.directory / f"{self._last_stamp:020d}-{next(self._counter):06d}{SUFFIX}"
         temporary = path.with_suffix(".tmp")
-        with open(temporary, "wb") as out:
-            out.write(body)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "wb") as out:
+                out.write(body)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, path)
+        except OSError:
+            temporary.unlink(missing_ok=True)  # a disk that is full must not fill up with halves
+            raise
+        self._sync_directory()
         with self._lock:
             self._files.append(path)
+            self._sizes[path] = len(body)
             self._bytes += len(body)
             while self._bytes > self.max_bytes and len(self._files) > 1:
                 oldest = self._files.pop(0)
-                self._bytes -= oldest.stat().st_size
-                oldest.unlink(missing_ok=True)
+                self._bytes -= self._sizes.pop(oldest)
+                self._unlink(oldest)
                 self.dropped_batches += 1
                 log.error("spool over %d bytes: dropped the oldest batch %s", self.max_bytes, oldest.name)
+        return path
 
     def oldest(self) -> tuple[Path, bytes] | None:
         with self._lock:
@@ -73,11 +85,38 @@ class Spool:
                     return path, path.read_bytes()
                 except FileNotFoundError:  # removed from outside; skip it
                     self._files.pop(0)
+                    self._bytes -= self._sizes.pop(path)
             return None
 
     def remove(self, path: Path) -> None:
         with self._lock:
-            if path in self._files:
+            if path in self._sizes:
                 self._files.remove(path)
-                self._bytes -= path.stat().st_size
+                self._bytes -= self._sizes.pop(path)
+            self._unlink(path)
+
+    def _sync_directory(self) -> None:
+        """Make the rename itself durable, so a power cut does not leave the batch under its temporary name
+        (which the next start deletes). The file is in place already, so a failure here is not the caller's."""
+        try:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.debug("could not fsync the spool directory %s: %s", self.directory, exc)
+
+    @staticmethod
+    def _unlink(path: Path) -> None:
+        try:
             path.unlink(missing_ok=True)
+        except OSError as exc:  # left on disk: the next start sends it again, which the collector de-duplicates
+            log.warning("could not remove the spooled batch %s: %s", path, exc)
+
+
+def _stamp(path: Path) -> int:
+    try:
+        return int(path.name.split("-", 1)[0])
+    except ValueError:
+        return 0

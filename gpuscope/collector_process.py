@@ -198,7 +198,7 @@ def database(settings: CollectorSettings) -> Iterator[Database]:
     supervisor = Supervisor(server)
     supervisor.start()
     try:
-        yield Database(server.dsn, DatabaseStatus(server.pgdata, supervisor.problem), lambda: server.stop(timeout=0.5))
+        yield Database(server.dsn, DatabaseStatus(server.pgdata, supervisor.problem), server.stop_now)
     finally:
         supervisor.stop()  # first: the server's exit below is not a crash to recover from
         server.stop(timeout=EMBEDDED_STOP_S)

@@ -46,9 +46,15 @@ class GroupWriter:
         self._tasks = [asyncio.create_task(self._run(), name=f"group-writer-{n}") for n in range(writers)]
 
     async def store(self, batch: Batch) -> StoreResult:
+        return await self.submit(batch)
+
+    def submit(self, batch: Batch) -> asyncio.Future[StoreResult]:
+        """Queue the batch; the future settles when its group's transaction has ended. A caller that
+        stops waiting (a deadline) leaves the store to finish: its outcome is consumed here, unlogged."""
         future: asyncio.Future[StoreResult] = asyncio.get_running_loop().create_future()
-        await self._queue.put((batch, future))
-        return await future
+        future.add_done_callback(_consume_outcome)
+        self._queue.put_nowait((batch, future))  # unbounded: the ingest route's write slots bound it
+        return future
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -97,6 +103,11 @@ class GroupWriter:
         except CONFLICTS as exc:
             log.warning("a group of %d batches lost a lock conflict (%s); trying it again", len(batches), exc)
             return await store_batches(self._pool, batches, self._cache)
+
+
+def _consume_outcome(future: asyncio.Future[StoreResult]) -> None:
+    if not future.cancelled():
+        future.exception()  # marks it retrieved: no "exception was never retrieved" for abandoned waits
 
 
 def _settle(future: asyncio.Future[StoreResult], outcome: StoreResult | BaseException) -> None:

@@ -25,26 +25,53 @@ PROBE_TIMEOUT_S = 2.0  # a server that has not answered `SELECT 1` in this long 
 async def watch_database(
     dsn: str, status: DatabaseStatus, on_recovery: Callable[[], Awaitable[None]], every_s: float = 1.0
 ) -> None:
+    # The probe runs as a task of its own, and is never cancelled: cancelling a query on a server that
+    # does not answer makes psycopg wait for the cancel request too. A probe that is late marks the
+    # database unreachable; the next one starts only once it has finished (or failed).
+    probe: asyncio.Task[psycopg.AsyncConnection[Any]] | None = None
     conn: psycopg.AsyncConnection[Any] | None = None
     try:
         while True:
-            try:
-                if conn is None or conn.closed:
-                    conn = await asyncio.wait_for(_connect(dsn), PROBE_TIMEOUT_S + 1)
-                await asyncio.wait_for(conn.execute("SELECT 1"), PROBE_TIMEOUT_S)
-            except (psycopg.Error, TimeoutError, OSError) as exc:
-                before = status.current()
-                after = status.failed(exc if not isinstance(exc, TimeoutError) else TimeoutError("no answer in 2 s"))
-                if before.ok and not after.ok:
-                    log.error("database %s", after.reason)
-                conn = await _discard(conn)
+            if probe is None:
+                probe = asyncio.create_task(_probe(dsn, conn), name="database probe")
+            done, _ = await asyncio.wait({probe}, timeout=PROBE_TIMEOUT_S)
+            if not done:
+                _failed(status, TimeoutError(f"no answer to a probe in {PROBE_TIMEOUT_S:g} s"))
             else:
-                if status.reachable():
-                    log.warning("database reachable again: ingest resumes")
-                    await on_recovery()
+                try:
+                    conn = probe.result()
+                except (psycopg.Error, OSError) as exc:
+                    _failed(status, exc)
+                    conn = None
+                else:
+                    if status.reachable():
+                        log.warning("database reachable again: ingest resumes")
+                        await on_recovery()
+                probe = None
             await asyncio.sleep(every_s)
     finally:
+        if probe is not None:
+            probe.cancel()
         await _discard(conn)
+
+
+async def _probe(dsn: str, conn: psycopg.AsyncConnection[Any] | None) -> psycopg.AsyncConnection[Any]:
+    """`SELECT 1` on the watch's connection (a new one if it has none or it broke); the connection."""
+    if conn is None or conn.closed:
+        conn = await _connect(dsn)
+    try:
+        await conn.execute("SELECT 1")
+    except BaseException:
+        await _discard(conn)
+        raise
+    return conn
+
+
+def _failed(status: DatabaseStatus, exc: BaseException) -> None:
+    before = status.current()
+    after = status.failed(exc)
+    if before.ok and not after.ok:
+        log.error("%s", after.reason)
 
 
 async def _connect(dsn: str) -> psycopg.AsyncConnection[Any]:
@@ -57,4 +84,3 @@ async def _discard(conn: psycopg.AsyncConnection[Any] | None) -> None:
     if conn is not None:
         with contextlib.suppress(psycopg.Error, TimeoutError, OSError):
             await asyncio.wait_for(conn.close(), 1.0)
-    return None

@@ -51,6 +51,9 @@ INSTALL_HINT = (
 )
 
 
+EXITED_AT_START = "PostgreSQL exited at start-up"
+
+
 class PostgresNotFound(RuntimeError):
     pass
 
@@ -114,7 +117,7 @@ class EmbeddedPostgres:
         # A restart keeps its address, so clients reconnect to it.
         self.port = self.port or self._recorded_port() or free_loopback_port()
         self._closing.clear()
-        self._launch(bin_dir, timeout)
+        self._launch_after_crash(bin_dir, timeout)
         self._ensure_database()
         self._record_address()
         log.info("embedded PostgreSQL %s running from %s", self.redacted_dsn, self.pgdata)
@@ -134,6 +137,21 @@ class EmbeddedPostgres:
         """None while the server runs; its exit status once it has exited (the process is reaped)."""
         process = self._process
         return None if process is None else process.poll()
+
+    def _launch_after_crash(self, bin_dir: Path, timeout: float, settle_s: float = 15.0) -> None:
+        """Start the server; one that exits at start-up is tried again for `settle_s`: after a crash, the
+        old server's processes may hold its shared memory for a moment ("pre-existing shared memory
+        block is still in use") before they notice they are orphans and exit."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            try:
+                self._launch(bin_dir, timeout)
+                return
+            except EmbeddedPostgresError as exc:
+                if not str(exc).startswith(EXITED_AT_START) or time.monotonic() > deadline:
+                    raise
+                log.warning("PostgreSQL exited at start-up; trying again: %s", str(exc).strip().splitlines()[-1])
+                time.sleep(0.5)
 
     def _launch(self, bin_dir: Path, timeout: float) -> None:
         clear_stale_lock(self.pgdata)
@@ -182,6 +200,19 @@ class EmbeddedPostgres:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
+
+    def stop_now(self) -> None:
+        """Past a shutdown deadline: immediate shutdown, and SIGKILL for a server that does not even
+        take that (a frozen one). Committed transactions are in the WAL; the next start replays it."""
+        self._closing.set()
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGQUIT)
+        try:
+            process.wait(0.5)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()
@@ -249,7 +280,7 @@ class EmbeddedPostgres:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self._closing.is_set():
             if self._process.poll() is not None:
-                raise EmbeddedPostgresError(f"PostgreSQL exited at start-up:\n{self._log_tail()}")
+                raise EmbeddedPostgresError(f"{EXITED_AT_START}:\n{self._log_tail()}")
             try:
                 with psycopg.connect(self._dsn_for("postgres"), connect_timeout=2):
                     return

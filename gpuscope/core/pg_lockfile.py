@@ -1,10 +1,11 @@
 """A data directory's postmaster.pid, told apart: a live server's, which is never touched, or a stale one.
 
 PostgreSQL itself ignores a lock file whose process is gone. It refuses to start when the process
-number is alive, even when that number now belongs to some other program (process numbers are reused,
-often at once in a container), and when the old server is still shutting down (its parent, a collector,
-was killed: the server got its parent-death signal and is finishing a fast shutdown). The first case is
-removed here; the second is waited for; a server that keeps running is another owner's: an error.
+number still exists, even when it now belongs to some other program (numbers are reused, often at
+once in a container) or to the old server's unreaped zombie, and when the old server is still shutting
+down (its parent, a collector, was killed: the server got its parent-death signal and is finishing a
+fast shutdown). The first two are removed here; the third is waited for; a server that keeps running
+is another owner's: an error.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def clear_stale_lock(pgdata: Path, wait_s: float = SHUTDOWN_WAIT_S) -> None:
                 "this data directory? Stop it, or give this one its own --data-dir."
             )
         time.sleep(0.2)
-    if _alive(pid):  # the number belongs to another program now
+    if _exists(pid):  # the number belongs to another program now, or to an unreaped (zombie) server
         log.warning("removing the stale %s of %s: pid %d is not a PostgreSQL server there", LOCK_FILE, pgdata, pid)
         (pgdata / LOCK_FILE).unlink(missing_ok=True)
 
@@ -49,14 +50,19 @@ def _locking_pid(path: Path) -> int | None:
     return int(first) if first.isdigit() and int(first) > 0 else None
 
 
-def _alive(pid: int) -> bool:
+def _exists(pid: int) -> bool:
+    """Anything with this number, a zombie included (PostgreSQL's own check, kill(pid, 0), sees those)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, another user's
         return True
-    return not _is_zombie(pid)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    return _exists(pid) and not _is_zombie(pid)
 
 
 def _is_zombie(pid: int) -> bool:
