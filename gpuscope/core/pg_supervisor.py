@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 
 CHECK_S = 0.5
 FIRST_RETRY_S = 0.5
-RETRY_CAP_S = 30.0
-CRASH_LOOP_TRIES = 6  # failed starts in a row before it is called a crash loop (about 30 s of tries)
+RETRY_CAP_S = 10.0
+CRASH_LOOP_TRIES = 6  # failed starts in a row before it is called a crash loop (about 25 s of tries)
 START_TIMEOUT_S = 60.0  # crash recovery replays the WAL written since the last checkpoint
 
 

@@ -53,7 +53,7 @@ class Collector:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.chmod(0o711)  # as root the server runs as 'postgres' and must pass through
         tokens = token_file(self.data_dir / "ingest-token", TOKEN)
-        self.log_path = self.data_dir / "collector.log"
+        self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")  # beside it: its disk may fill
         with self.log_path.open("ab") as log:
             command = [*GPUSCOPE, "collector", "--data-dir", str(self.data_dir), "--no-health"]
             command += ["--listen", f"127.0.0.1:{self.port}", "--token-file", str(tokens), *self.extra]
