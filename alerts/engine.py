@@ -10,6 +10,7 @@ import datetime as dt
 import logging
 import math
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -33,9 +34,15 @@ HISTORY = dt.timedelta(days=30)  # resolved alerts and finished notifications ke
 
 class AlertEngine:
     def __init__(
-        self, groups: list[Group], config: NotifyConfig | None, query_timeout_s: float = 10.0, tick_s: float = 0.5
+        self,
+        groups: list[Group],
+        config: NotifyConfig | None,
+        query_timeout_s: float = 10.0,
+        tick_s: float = 0.5,
+        facts: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.groups = groups
+        self.facts = facts  # what this collector knows beyond the tables (alerts/facts.py), per evaluation
         self.config = config
         self.query_timeout_s = query_timeout_s
         self.tick_s = tick_s
@@ -58,7 +65,7 @@ class AlertEngine:
         self, conn: AsyncConnection[Any], group: Group, now: dt.datetime | None = None
     ) -> list[RuleResult]:
         now = now or _now()
-        results = await evaluate_group(conn, group, self.query_timeout_s)
+        results = await evaluate_group(conn, group, self.query_timeout_s, self.facts() if self.facts else None)
         changed_all, dropped_all = [], []
         for result in results:
             mine = {

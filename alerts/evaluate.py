@@ -12,6 +12,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -57,9 +58,17 @@ def shared_views(group: Group) -> list[str]:
     ]
 
 
-async def evaluate_group(conn: AsyncConnection[Any], group: Group, timeout_s: float) -> list[RuleResult]:
+async def evaluate_group(
+    conn: AsyncConnection[Any], group: Group, timeout_s: float, facts: Mapping[str, str] | None = None
+) -> list[RuleResult]:
+    """`facts`: settings for this evaluation's transaction (alerts/facts.py), read by the views."""
     results = []
     async with conn.transaction():
+        if facts:
+            await conn.execute(
+                "SELECT set_config(name, value, true) FROM unnest(%s::text[], %s::text[]) AS f (name, value)",
+                (list(facts), list(facts.values())),
+            )
         await conn.execute(
             sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(f"{int(timeout_s * 1000)}ms"))
         )

@@ -157,3 +157,12 @@ SELECT n.cluster, n.rack, n.name AS node, n.node_id, h.state, h.since, h.reason,
 FROM public.health_node h
 JOIN public.node n USING (node_id)
 WHERE h.state <> 'healthy';
+
+-- The database as the collector that evaluates the rules sees it (collector/store/availability.py), set
+-- by the alert engine for each evaluation (alerts/facts.py): no row where nothing was set. `state` is
+-- ok, unreachable, restarting or disk_full; `free_bytes` the embedded server's free space (NULL for --db).
+CREATE VIEW alerting.collector_database AS
+SELECT current_setting('gpuscope.database_state', true) AS state,
+       current_setting('gpuscope.database_reason', true) AS reason,
+       nullif(current_setting('gpuscope.database_free_bytes', true), '')::float8 AS free_bytes
+WHERE coalesce(current_setting('gpuscope.database_state', true), '') <> '';

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpuscope.alerts.config import load_notify_config
 from gpuscope.alerts.engine import AlertEngine
+from gpuscope.alerts.facts import database_facts
 from gpuscope.alerts.part import alerts_part
 from gpuscope.alerts.rules import default_rules_text, load_rule_files, parse_rules
 from gpuscope.collector.api.auth import TokenAuth, read_node_tokens, token_or_generate
@@ -109,6 +110,7 @@ def build(settings: CollectorSettings, dsn: str, token: str, database: DatabaseS
     """The collector app for these settings on database `dsn`, accepting ingest `token` (and the node
     tokens of settings.node_tokens_file). Files are read now, so a broken one stops the start.
     `database`: how the app learns the database's state (an embedded server's supervisor tells it more)."""
+    database = database or DatabaseStatus()
     node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
     config = CollectorConfig(
         dsn=dsn,
@@ -120,13 +122,13 @@ def build(settings: CollectorSettings, dsn: str, token: str, database: DatabaseS
         max_concurrent_writes=settings.max_concurrent_writes,
         retention=settings.retention(),
         timescaledb=settings.timescaledb,
-        parts=parts(settings),
-        database=database or DatabaseStatus(),
+        parts=parts(settings, database),
+        database=database,
     )
     return create_app(config)
 
 
-def parts(settings: CollectorSettings) -> tuple[Part, ...]:
+def parts(settings: CollectorSettings, database: DatabaseStatus | None = None) -> tuple[Part, ...]:
     """The extensions this collector runs: the straggler watch, the alerts, fleet health (APIs always,
     their loops if asked) and the reports."""
     found = [stragglers_part(settings.straggler_interval_s)] if settings.stragglers else []
@@ -136,13 +138,13 @@ def parts(settings: CollectorSettings) -> tuple[Part, ...]:
     base = settings.reports_config.parent if settings.reports_config else Path()
     return (
         *found,
-        alerts_part(alert_engine(settings)),
+        alerts_part(alert_engine(settings, database)),
         health_part(policy, run_loop=settings.health),
         reports_part(reports, base=base),
     )
 
 
-def alert_engine(settings: CollectorSettings) -> AlertEngine | None:
+def alert_engine(settings: CollectorSettings, database: DatabaseStatus | None = None) -> AlertEngine | None:
     """The alert engine the settings ask for; files are read now, so a broken one stops the start."""
     if not settings.alerts:
         return None
@@ -150,7 +152,8 @@ def alert_engine(settings: CollectorSettings) -> AlertEngine | None:
     config = load_notify_config(settings.notify_config) if settings.notify_config else None
     if config is None:
         log.info("no --notify-config: alerts are evaluated and kept, but not sent anywhere")
-    return AlertEngine(groups, config, tick_s=settings.alert_tick_s)
+    facts = (lambda: database_facts(database)) if database is not None else None
+    return AlertEngine(groups, config, tick_s=settings.alert_tick_s, facts=facts)
 
 
 def run(settings: CollectorSettings) -> int:

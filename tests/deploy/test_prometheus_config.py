@@ -18,7 +18,7 @@ def test_promtool_checks_the_scrape_config() -> None:
         capture_output=True, text=True, timeout=60, check=False, cwd=PROMETHEUS,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 rule files found" in result.stdout and "17 rules found" in result.stdout, "the rules load with it"
+    assert "1 rule files found" in result.stdout and "19 rules found" in result.stdout, "the rules load with it"
 
 
 def test_instance_stays_host_and_port() -> None:

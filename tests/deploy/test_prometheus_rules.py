@@ -24,7 +24,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_rules() -> None:
     result = promtool("check", "rules", "gpuscope-rules.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 17 rules found" in result.stdout
+    assert "SUCCESS: 19 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_fire_each_alert() -> None:

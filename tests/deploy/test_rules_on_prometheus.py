@@ -77,6 +77,9 @@ def exposition(scrape: int) -> str:
         health.format("gpu-node-001", "drained", "XID 79 on GPU 0", 2),
         health.format("gpu-node-002", "unhealthy", "drain refused", 0),
         health.format("gpu-node-003", "suspect", "NVLink flaps", 1),
+        'gpuscope_collector_database_state{state="ok"} 0',
+        'gpuscope_collector_database_state{state="disk_full"} 1',
+        "gpuscope_collector_database_free_bytes 0",
     ]
     lines += [
         f'gpuscope_gpu_clock_event_active{{{gpu0},reason="{r}"}} {int(r in {"sw_thermal_slowdown", "sw_power_cap"})}'
@@ -211,7 +214,7 @@ def test_every_rule_evaluates_without_error_and_finds_its_alert(tmp_path: Path) 
 
     control = [rule for rule in rules if rule["name"] == CONTROL_NAME]
     shipped = [rule for rule in rules if rule["name"] != CONTROL_NAME]
-    assert len(shipped) == 17
+    assert len(shipped) == 19
     for rule in shipped:
         assert (rule["health"], rule.get("lastError", "")) == ("ok", ""), rule  # lastError: omitted when empty
     assert "same labelset" in control[0].get("lastError", ""), "the check would not catch the counters colliding"

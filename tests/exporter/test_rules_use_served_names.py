@@ -15,6 +15,8 @@ RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "gpuscop
 COLLECTOR_FAMILIES = {  # served by the collector's /metrics
     "gpuscope_straggler_slowdown_ratio",
     "gpuscope_node_health_jobs_running",
+    "gpuscope_collector_database_state",
+    "gpuscope_collector_database_free_bytes",
 }
 
 
