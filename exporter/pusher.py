@@ -4,7 +4,9 @@ A retried batch keeps its (exporter_id, seq), so the collector stores it once ho
 arrives. Snapshots wait in a bounded in-memory queue until the push interval is up. With a spool, the
 first failed try of a batch (network errors, 5xx, 429, 408, 401/403) writes that batch and everything
 queued to disk before backing off, and each back-off tick writes what was sampled since, so a killed
-exporter loses at most a tick's snapshots; spooled batches are replayed first, in order, unmerged.
+exporter loses at most a tick's snapshots. What is sampled during the outage fills one open batch at a
+time, rewritten in place at each tick until full (exporter/open_batch.py), so a long outage leaves one
+file per full batch. Spooled batches are replayed first, in order, unmerged.
 A spool that cannot be written keeps the snapshots in memory and is tried again. Without a spool, or
 past either cap, the oldest data is dropped and counted. Retry-After (503, 429) is honoured.
 """
@@ -19,16 +21,19 @@ import threading
 import time
 import urllib.parse
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
-from gpuscope.exporter.events import Event, EventTracker
+from gpuscope.exporter.events import EventTracker
+from gpuscope.exporter.open_batch import OpenBatch, Queued, encode
 from gpuscope.exporter.snapshot import Snapshot
 from gpuscope.exporter.spool import Spool
 from gpuscope.exporter.textformat import Family
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, BINARY_MAGIC, Origin, encode_binary
+from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, BINARY_MAGIC, Origin
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +42,6 @@ RETRIED = (401, 403, 408, 429)  # and every 5xx
 BACKOFF_TICK_S = 0.5  # while backing off, what was sampled reaches the spool at least this often
 BACKOFF_MAX_S = 60.0
 RETRY_AFTER_MAX_S = 300.0  # a collector's (or proxy's) Retry-After beyond this is not believed
-
-_Queued = tuple[Snapshot, list[Event]]  # a snapshot with the events seen when it was taken (exporter/events.py)
 
 
 @dataclass
@@ -90,12 +93,13 @@ class Pusher:
         self._push_interval = push_interval
         self._last_push = 0.0
         self._timeout = timeout
-        self._queue: deque[_Queued] = deque()
+        self._queue: deque[Queued] = deque()
         self._events = EventTracker()
         self._queue_limit = queue_limit
         self._cond = threading.Condition()
         self._seq = 0
         self._in_flight: _Batch | None = None
+        self._open: OpenBatch | None = None  # growing on disk while backing off; touched under the send lock
         self._conn: http.client.HTTPConnection | None = None
         self._send_lock = threading.Lock()  # the run loop and a shutdown flush may overlap
         self._spool_failing = False  # so a full disk is logged once, not at every tick
@@ -170,6 +174,7 @@ class Pusher:
         """Write everything unsent to the spool (at shutdown); returns the snapshots that had nowhere to go."""
         with self._send_lock:
             self._spool_unsent()
+            self._open = None  # a flush may send what is spooled now: it is never written again
             return self.pending()
 
     def push_once(self) -> bool:
@@ -259,6 +264,9 @@ class Pusher:
         """The batch to send: the one in flight, else the oldest spooled, else one from the queue."""
         with self._cond:
             if self._in_flight is None and self.spool is not None:
+                # Closed before anything spooled may be sent (it may be the oldest): a sequence number
+                # must never go out with one content and later with another.
+                self._open = None
                 spooled = self.spool.oldest()
                 if spooled is not None:
                     self._in_flight = _Batch(body=spooled[1], count=0, spool_path=spooled[0])
@@ -266,28 +274,28 @@ class Pusher:
                 self._in_flight = self._encode(self._take(min(self._max_batch, len(self._queue))))
             return self._in_flight
 
-    def _take(self, count: int) -> list[_Queued]:
+    def _take(self, count: int) -> list[Queued]:
         """The `count` oldest queued snapshots, off the queue (lock held)."""
         self._last_push = time.monotonic()
         return [self._queue.popleft() for _ in range(count)]
 
-    def _encode(self, taken: list[_Queued]) -> _Batch:
+    def _encode(self, taken: list[Queued]) -> _Batch:
         """One batch of these snapshots with the next sequence number (lock held)."""
-        snapshots = [snapshot for snapshot, _ in taken]
-        events = [event for _, snapshot_events in taken for event in snapshot_events]
         self._seq += 1
-        return _Batch(body=encode_binary(self._origin, self._seq, snapshots, events), count=len(taken))
+        return _Batch(body=encode(self._origin, self._seq, taken), count=len(taken))
 
     def _spool_unsent(self) -> None:
         """Put the unacknowledged batch, then every queued snapshot, on disk, in that order (send lock held).
 
-        Spooled batches are never merged or renumbered: one whose answer was lost may be stored already."""
-        if self.spool is None:
+        The batch in flight is written as it is, never renumbered, merged or grown: its answer may have been
+        lost after the collector stored it. The queue goes into the open batch, which was never sent."""
+        spool = self.spool
+        if spool is None:
             return
         with self._cond:
             in_flight = self._in_flight
         if in_flight is not None and in_flight.spool_path is None:
-            path = self._spool_put(in_flight.body)
+            path = self._spool_write(partial(spool.put, in_flight.body))
             if path is None:
                 return  # nothing newer goes to disk before it
             with self._cond:
@@ -296,19 +304,24 @@ class Pusher:
             with self._cond:
                 if not self._queue:
                     return
-                taken = self._take(min(self._max_batch, len(self._queue)))
-                batch = self._encode(taken)
-            if self._spool_put(batch.body) is None:
-                with self._cond:  # back in front, in order; its sequence number stays unused, which is allowed
-                    self._queue.extendleft(reversed(taken))
+                if self._open is None:
+                    self._seq += 1
+                    self._open = OpenBatch(self._seq)
+                open_batch = self._open
+                more = self._take(min(self._max_batch - len(open_batch.taken), len(self._queue)))
+            if self._spool_write(partial(open_batch.store, spool, self._origin, more)) is None:
+                with self._cond:  # back in front, in order; the open batch's file keeps its last version
+                    self._queue.extendleft(reversed(more))
                     self._trim_queue()
                 return
+            if len(open_batch.taken) >= self._max_batch:
+                self._open = None  # full: the next snapshots open a batch of their own
 
-    def _spool_put(self, body: bytes) -> Path | None:
-        """The batch's spool file, or None when the spool cannot take it now (logged once per episode)."""
+    def _spool_write(self, write: Callable[[], Path]) -> Path | None:
+        """The file `write` stored a batch in, or None when the spool cannot take it now (logged once per episode)."""
         assert self.spool is not None
         try:
-            path = self.spool.put(body)
+            path = write()
         except OSError as exc:
             self.stats.spool_write_failures += 1
             if not self._spool_failing:

@@ -1,9 +1,11 @@
 """An on-disk queue of encoded batches, for when the collector is unreachable.
 
 Each batch is one file, written to a temporary name, fsynced and renamed (and the directory fsynced),
-so a crash leaves either the whole batch or nothing. Names sort in the order batches were spooled, and
-batches keep their (exporter_id, seq), so replaying after a restart is safe: the collector stores a
-batch once. When the spool would exceed its size cap, the oldest batches are dropped, counted and logged.
+so a crash leaves either the whole batch or nothing; a batch written again in place (the pusher's open
+batch, growing during an outage) leaves its old version or its new one. Names sort in the order batches
+were spooled, and batches keep their (exporter_id, seq), so replaying after a restart is safe: the
+collector stores a batch once. When the spool would exceed its size cap, the oldest batches are dropped,
+counted and logged; the cap counts each batch at its current size.
 """
 
 from __future__ import annotations
@@ -54,28 +56,28 @@ class Spool:
         with self._lock:
             self._last_stamp = max(time.time_ns(), self._last_stamp + 1)
             path = self.directory / f"{self._last_stamp:020d}-{next(self._counter):06d}{SUFFIX}"
-        temporary = path.with_suffix(".tmp")
-        try:
-            with open(temporary, "wb") as out:
-                out.write(body)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        except OSError:
-            temporary.unlink(missing_ok=True)  # a disk that is full must not fill up with halves
-            raise
-        self._sync_directory()
+        self._write(path, body)
         with self._lock:
             self._files.append(path)
             self._sizes[path] = len(body)
             self._bytes += len(body)
-            while self._bytes > self.max_bytes and len(self._files) > 1:
-                oldest = self._files.pop(0)
-                self._bytes -= self._sizes.pop(oldest)
-                self._unlink(oldest)
-                self.dropped_batches += 1
-                log.error("spool over %d bytes: dropped the oldest batch %s", self.max_bytes, oldest.name)
+            self._trim(keep=path)
         return path
+
+    def replace(self, path: Path, body: bytes) -> None:
+        """Store a new version of a spooled batch, in its place in the order: a crash leaves the old version
+        or the new one, and an OSError leaves the old one (KeyError: `path` is no longer in the spool)."""
+        with self._lock:
+            if path not in self._sizes:
+                raise KeyError(path)
+        self._write(path, body)
+        with self._lock:
+            if path not in self._sizes:  # removed while being rewritten: it stays removed
+                self._unlink(path)
+                return
+            self._bytes += len(body) - self._sizes[path]
+            self._sizes[path] = len(body)
+            self._trim(keep=path)
 
     def oldest(self) -> tuple[Path, bytes] | None:
         with self._lock:
@@ -94,6 +96,30 @@ class Spool:
                 self._files.remove(path)
                 self._bytes -= self._sizes.pop(path)
             self._unlink(path)
+
+    def _write(self, path: Path, body: bytes) -> None:
+        """Put `body` at `path` whole or not at all: written aside, fsynced, renamed over `path`."""
+        temporary = path.with_suffix(".tmp")
+        try:
+            with open(temporary, "wb") as out:
+                out.write(body)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, path)
+        except OSError:
+            temporary.unlink(missing_ok=True)  # a disk that is full must not fill up with halves
+            raise
+        self._sync_directory()
+
+    def _trim(self, keep: Path) -> None:
+        """Drop the oldest batches, other than `keep` (just written), while over the size cap (lock held)."""
+        while self._bytes > self.max_bytes and len(self._files) > 1:
+            oldest = next(path for path in self._files if path != keep)
+            self._files.remove(oldest)
+            self._bytes -= self._sizes.pop(oldest)
+            self._unlink(oldest)
+            self.dropped_batches += 1
+            log.error("spool over %d bytes: dropped the oldest batch %s", self.max_bytes, oldest.name)
 
     def _sync_directory(self) -> None:
         """Make the rename itself durable, so a power cut does not leave the batch under its temporary name

@@ -21,16 +21,13 @@ from gpuscope.collector.ingest.batch import MAX_JSON_BYTES
 from gpuscope.collector.ingest.schema import CONTENT_ENCODING, REQUEST_BODY
 from gpuscope.collector.ingest.wire import JSON, Batch, IngestError, check_encoding, decode_body, media_type
 from gpuscope.collector.store.availability import Cause
-from gpuscope.collector.store.group_writer import DatabaseAway
-from gpuscope.collector.store.writer import StoreResult
+from gpuscope.collector.store.group_writer import DatabaseAway, WriteDeadline
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
 INGEST_PATH = "/api/v1/samples"
 
 WRITE_SLOT_WAIT_S = 5.0
-# A batch not stored by then is answered 503: before the exporter's own 10 s timeout, so it hears why.
-WRITE_DEADLINE_S = 8.0
 RETRY_AFTER_S = "2"
 # A body as sent up to this size, not compressed, is decoded on the event loop (a few milliseconds at
 # most); anything larger, or gzip, in a worker thread, so that other requests are served meanwhile.
@@ -101,10 +98,10 @@ async def push_samples(request: Request, state: IngestStateDep) -> Response:
         state.metrics.batches.labels("saturated").inc()
         return _unavailable("write path saturated")
     try:
-        result = await _stored_in_time(state, batch)
-    except TimeoutError:  # the batch may still commit: the exporter's retry (same seq) is then a duplicate
+        result = await state.writer.submit(batch)
+    except WriteDeadline as exc:  # the batch may still commit: the exporter's retry (same seq) is then a duplicate
         state.metrics.batches.labels("db_unavailable").inc()
-        return _unavailable(f"database not answering: the batch was not stored within {WRITE_DEADLINE_S:g} s")
+        return _unavailable(f"database not answering: {exc}")
     except asyncio.CancelledError:  # the server is stopping and gave up on this request
         state.metrics.batches.labels("db_unavailable").inc()
         return _unavailable("collector shutting down")
@@ -139,13 +136,6 @@ async def push_samples(request: Request, state: IngestStateDep) -> Response:
         "ignored_fields": list(batch.ignored_fields),
     }
     return Response(orjson.dumps(answer), media_type="application/json")
-
-
-async def _stored_in_time(state: IngestStateDep, batch: Batch) -> StoreResult:
-    """The store's result, or TimeoutError past WRITE_DEADLINE_S. The store itself goes on (shielded): its
-    transaction ends on its own, committed or not, and a retry of the batch is recognised either way."""
-    async with asyncio.timeout(WRITE_DEADLINE_S):
-        return await asyncio.shield(state.writer.submit(batch))
 
 
 async def _decode(request: Request, state: IngestStateDep, scope: tuple[str, str] | None) -> Batch:

@@ -55,7 +55,8 @@ class Availability:
 
 
 class DatabaseStatus:
-    """Thread-safe: writes happen on the event loop, /healthz runs in the thread pool."""
+    """Thread-safe: writes happen on the event loop, /healthz runs in the thread pool. The state is one
+    immutable object, replaced under the lock and read without it."""
 
     def __init__(self, data_dir: Path | None = None, server_problem: Callable[[], str | None] | None = None) -> None:
         # data_dir: an embedded server's (its free space is ours to read); None for --db.
@@ -69,8 +70,7 @@ class DatabaseStatus:
     def current(self) -> Availability:
         """The state now; a supervisor restarting the server overrides what the last write saw."""
         problem = self._server_problem() if self._server_problem else None
-        with self._lock:
-            state = self._state
+        state = self._state  # replaced whole under the lock, so read whole without it
         if problem is not None and state.cause is not Cause.DISK_FULL:
             free = self.free_bytes()
             if free is not None and free < FREED_BYTES:
@@ -81,6 +81,8 @@ class DatabaseStatus:
     def refuses_writes(self) -> Availability | None:
         """The state when a write should not even be tried (the server is away), else None. A full disk
         is tried: its failure is immediate, and the first write after space is freed succeeds."""
+        if self._state.cause is Cause.OK and (self._server_problem is None or self._server_problem() is None):
+            return None  # the hot path: every batch asks
         state = self.current()
         return state if state.cause in (Cause.UNREACHABLE, Cause.RESTARTING) else None
 

@@ -14,6 +14,7 @@ each waiting for a connection; every outcome tells that state what the database 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 
 import psycopg
@@ -35,26 +36,56 @@ class DatabaseAway(psycopg.OperationalError):
     """Not tried: the database was known to be away when the batch's turn came."""
 
 
+class WriteDeadline(TimeoutError):
+    """Not stored in time (a hung database); the store may still commit it."""
+
+
+WRITE_DEADLINE_S = 8.0  # before an exporter's own 10 s timeout, so that it hears why
+DEADLINE_SWEEP_S = 0.25
+
+
 class GroupWriter:
     def __init__(
-        self, pool: AsyncConnectionPool, cache: InventoryCache, writers: int, status: DatabaseStatus | None = None
+        self,
+        pool: AsyncConnectionPool,
+        cache: InventoryCache,
+        writers: int,
+        status: DatabaseStatus | None = None,
+        deadline_s: float = WRITE_DEADLINE_S,
     ) -> None:
         self._pool = pool
         self._cache = cache
         self._status = status or DatabaseStatus()
+        self._deadline_s = deadline_s
+        self._deadlines: collections.deque[tuple[float, asyncio.Future[StoreResult]]] = collections.deque()
         self._queue: asyncio.Queue[tuple[Batch, asyncio.Future[StoreResult]]] = asyncio.Queue()
         self._tasks = [asyncio.create_task(self._run(), name=f"group-writer-{n}") for n in range(writers)]
+        self._tasks.append(asyncio.create_task(self._expire(), name="group-writer-deadlines"))
 
     async def store(self, batch: Batch) -> StoreResult:
         return await self.submit(batch)
 
     def submit(self, batch: Batch) -> asyncio.Future[StoreResult]:
-        """Queue the batch; the future settles when its group's transaction has ended. A caller that
-        stops waiting (a deadline) leaves the store to finish: its outcome is consumed here, unlogged."""
-        future: asyncio.Future[StoreResult] = asyncio.get_running_loop().create_future()
+        """Queue the batch; the future settles when its group's transaction has ended, or with
+        WriteDeadline after deadline_s (the store goes on: it may still commit, and a retry of the batch
+        is then recognised as a duplicate)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[StoreResult] = loop.create_future()
         future.add_done_callback(_consume_outcome)
         self._queue.put_nowait((batch, future))  # unbounded: the ingest route's write slots bound it
+        self._deadlines.append((loop.time() + self._deadline_s, future))
         return future
+
+    async def _expire(self) -> None:
+        """One sweeper for every waiting batch's deadline (a timer per request cost more than all of
+        this writer's other bookkeeping). Deadlines are appended in order, so the expired are in front."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(DEADLINE_SWEEP_S)
+            now = loop.time()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, future = self._deadlines.popleft()
+                _settle(future, WriteDeadline(f"the batch was not stored within {self._deadline_s:g} s"))
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -207,13 +207,14 @@ async def _gpu_ids(
 ) -> dict[int, int]:
     ids: dict[int, int] = {}
     missing = []
-    for gpu in sorted(batch.gpus, key=lambda g: g.index):  # rows locked in index order (lock_order)
+    for gpu in batch.gpus:
         key = (node_id, gpu.index, gpu.uuid, gpu.model, gpu.pci_bus_id)
         if key in cache.gpus:
             ids[gpu.index] = cache.gpus[key]
         else:
             missing.append(gpu)
     if missing:
+        missing.sort(key=lambda g: g.index)  # rows locked in index order (lock_order)
         cur = await conn.execute(
             "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id)"
             " SELECT %s, * FROM unnest(%s::smallint[], %s::text[], %s::text[], %s::text[])"
