@@ -27,8 +27,17 @@ START_TIMEOUT_S = 60.0  # crash recovery replays the WAL written since the last 
 
 
 class Supervisor:
-    def __init__(self, server: EmbeddedPostgres) -> None:
+    def __init__(
+        self,
+        server: EmbeddedPostgres,
+        first_retry_s: float = FIRST_RETRY_S,
+        retry_cap_s: float = RETRY_CAP_S,
+        crash_loop_tries: int = CRASH_LOOP_TRIES,
+    ) -> None:
         self.server = server
+        self.first_retry_s = first_retry_s
+        self.retry_cap_s = retry_cap_s
+        self.crash_loop_tries = crash_loop_tries
         self.restarts = 0
         self._problem: str | None = None
         self._stop = threading.Event()
@@ -57,7 +66,7 @@ class Supervisor:
         self._problem = f"the embedded PostgreSQL server {how}; starting it again"
         log.error("embedded PostgreSQL %s; starting it again on %s", how, self.server.pgdata)
         began = time.monotonic()
-        delay, failures = FIRST_RETRY_S, 0
+        delay, failures = self.first_retry_s, 0
         while not self._stop.is_set():
             try:
                 self.server.restart(timeout=START_TIMEOUT_S)
@@ -67,20 +76,20 @@ class Supervisor:
                 failures += 1
                 last_words = _last_line(exc)
                 self._problem = f"the embedded PostgreSQL server {how}; {failures} restarts failed: {last_words}"
-                if failures == CRASH_LOOP_TRIES:
+                if failures == self.crash_loop_tries:
                     log.critical(
                         "embedded PostgreSQL keeps failing to start (%d tries in %.0f s): %s. Ingest answers 503 "
-                        "until it starts; trying again every %.0f s. Its log: %s",
+                        "until it starts; trying again every %g s. Its log: %s",
                         failures,
                         time.monotonic() - began,
                         last_words,
-                        RETRY_CAP_S,
+                        self.retry_cap_s,
                         self.server.data_dir / "postgres.log",
                     )
                 else:
                     log.error("embedded PostgreSQL did not start (try %d): %s", failures, last_words)
                 self._stop.wait(delay)
-                delay = min(RETRY_CAP_S, delay * 2)
+                delay = min(self.retry_cap_s, delay * 2)
                 continue
             self.restarts += 1
             self._problem = None
