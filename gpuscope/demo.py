@@ -21,9 +21,11 @@ from pathlib import Path
 
 from gpuscope.collector.api.auth import token_or_generate
 from gpuscope.collector.service import BackgroundServer
+from gpuscope.collector.store.availability import DatabaseStatus
 from gpuscope.collector_process import CollectorSettings
 from gpuscope.collector_process import build as build_collector
 from gpuscope.core.embedded_pg import EmbeddedPostgres
+from gpuscope.core.pg_supervisor import Supervisor
 from gpuscope.core.signals import stop_on_signals
 from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.dashboard_process import build as build_dashboard
@@ -57,6 +59,9 @@ def run_demo(options: DemoOptions) -> None:
         pg = EmbeddedPostgres(data_dir)
         pg.start()  # first: its child is forked before any of our threads exist
         stack.callback(pg.stop)
+        supervisor = Supervisor(pg)  # a killed server comes back, as under `gpuscope collector`
+        supervisor.start()
+        stack.callback(supervisor.stop)  # before pg.stop: that exit is not a crash
 
         token = secrets.token_urlsafe(32)
         token_or_generate(None, data_dir, "admin-token")  # silences from the dashboard need it
@@ -70,7 +75,8 @@ def run_demo(options: DemoOptions) -> None:
             reports_config=reports,
             # alerts: the shipped rules, kept and shown, sent nowhere (no notify config)
         )
-        collector = BackgroundServer(build_collector(settings, pg.dsn, token), HOST, options.collector_port)
+        database = DatabaseStatus(pg.pgdata, supervisor.problem)
+        collector = BackgroundServer(build_collector(settings, pg.dsn, token, database), HOST, options.collector_port)
         collector.start()
         stack.callback(collector.stop)
         push_url = f"http://{HOST}:{collector.port}"

@@ -381,8 +381,20 @@ def _server_user() -> pwd.struct_passwd | None:
         ) from None
 
 
+def _find_prctl() -> Any:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+# Looked up here, once: the supervisor restarts the server from a thread, and a child forked from a
+# threaded process must not take the dynamic loader's lock (another thread may have held it at the fork).
+_PRCTL = _find_prctl()
+PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent() -> None:
     """Runs in the child after it changed user: ask Linux for SIGINT (fast shutdown) when we die."""
-    with contextlib.suppress(OSError, AttributeError):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGINT)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGINT)
