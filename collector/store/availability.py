@@ -87,7 +87,8 @@ class DatabaseStatus:
         return state if state.cause in (Cause.UNREACHABLE, Cause.RESTARTING) else None
 
     def wrote(self) -> None:
-        self._set(Cause.OK, "")
+        if self._state.cause is not Cause.OK:  # every group commit says so: nothing to do in the usual case
+            self._set(Cause.OK, "")
 
     def failed(self, exc: BaseException) -> Availability:
         """Record a failed write or probe; returns the state it leads to."""

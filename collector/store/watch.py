@@ -46,7 +46,10 @@ async def watch_database(
                 else:
                     if status.reachable():
                         log.warning("database reachable again: ingest resumes")
-                        await on_recovery()
+                        try:
+                            await on_recovery()
+                        except Exception:  # gone again, say: the next probe tells; the watch goes on
+                            log.exception("dropping broken pooled connections failed")
                 probe = None
             await asyncio.sleep(every_s)
     finally:
