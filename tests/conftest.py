@@ -37,15 +37,25 @@ def postgres() -> Iterator[EmbeddedPostgres]:
 @contextlib.contextmanager
 def running_postgres(prefix: str) -> Iterator[EmbeddedPostgres]:
     """A private PostgreSQL server in a temporary directory, removed afterwards."""
-    # Not pytest's tmp_path: its parents are private to us, and as root the server runs as 'postgres'.
-    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
-    server = EmbeddedPostgres(data_dir, settings=FAST_UNSAFE)
-    server.start()
+    with server_dir(prefix) as data_dir:
+        server = EmbeddedPostgres(data_dir, settings=FAST_UNSAFE)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@contextlib.contextmanager
+def server_dir(prefix: str) -> Iterator[Path]:
+    """A temporary directory for an embedded server's data, removed afterwards. Not pytest's tmp_path:
+    its parents are private to us, and as root the server runs as 'postgres', which must pass through."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o711)
     try:
-        yield server
+        yield path
     finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -5,10 +5,8 @@ database pool), stopped by Ctrl-C or SIGTERM with status 0, its login and body c
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from gpuscope.core.listen import free_loopback_port
 from gpuscope.dashboard.auth import hash_password
 from tests.collector.helpers import postmaster_pids
 from tests.commands import GPUSCOPE, stop_process, wait_healthy
+from tests.conftest import server_dir
 from tests.waiting import eventually
 
 CALLBACK = "/_dash-update-component"
@@ -131,11 +130,8 @@ def test_login_and_body_cap_hold_under_gunicorn_and_sigterm_stops_it(dsn: str, t
 
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
-    # Not pytest's tmp_path: as root, PostgreSQL runs as 'postgres' and must pass through its parents.
-    path = Path(tempfile.mkdtemp(prefix="gpuscope-test-data-dir-"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with server_dir("gpuscope-test-data-dir-") as path:
+        yield path
 
 
 def test_data_dir_finds_a_running_collectors_embedded_database(data_dir: Path) -> None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,14 +15,13 @@ import pytest
 
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.pg_lockfile import DataDirectoryInUse, clear_stale_lock
+from tests.conftest import server_dir
 
 
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="gpuscope-test-lockfile-"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with server_dir("gpuscope-test-lockfile-") as path:
+        yield path
 
 
 def lock_file_naming(pgdata: Path, pid: int) -> Path:

@@ -6,31 +6,22 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.pg_supervisor import Supervisor
+from tests.conftest import running_postgres
 from tests.waiting import eventually
 
 
 @pytest.fixture
 def server() -> Iterator[EmbeddedPostgres]:
-    path = Path(tempfile.mkdtemp(prefix="gpuscope-test-supervisor-"))
-    path.chmod(0o711)
-    running = EmbeddedPostgres(path, settings={"fsync": "off"})
-    running.start()
-    try:
+    with running_postgres("gpuscope-test-supervisor-") as running:
         yield running
-    finally:
-        running.stop()
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def postmaster(server: EmbeddedPostgres) -> int:
