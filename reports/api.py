@@ -1,5 +1,6 @@
 """The reports API: usage by user, account, partition, namespace, model or job (read token), one job's
-report (jobstats), and the grid's carbon intensity, read with the read token and loaded with the admin token."""
+report (jobstats), what stragglers cost by job, node, cause or user (read token), and the grid's carbon
+intensity, read with the read token and loaded with the admin token."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gpuscope.collector.api.deps import ReadPoolDep, WritePoolDep, require_admin
 from gpuscope.collector.api.params import TimeRangeDep
 from gpuscope.collector.api.responses import error
 from gpuscope.collector.query.jobstats import JobReport, job_report
+from gpuscope.collector.query.straggler_cost import CostDimension, straggler_cost
 from gpuscope.collector.query.usage import Dimension, Rates, UsageReport, usage_report
 
 MAX_GRID_POINTS = 100_000  # about 11 years of hourly values
@@ -83,6 +85,21 @@ def reports_router(rates: Rates) -> APIRouter:
         if report is None:
             raise HTTPException(404, f"no job {job_id!r}")
         return job_json(report)
+
+    @router.get("/stragglers", dependencies=[Depends(require_read_token)])
+    def get_straggler_cost(pool: ReadPoolDep, span: TimeRangeDep, by: CostDimension = "job") -> dict[str, Any]:
+        """What stragglers cost over the range, by `by`: straggler episodes, jobs hit and the GPU-hours
+        lost (the GPUs a job held x how long it ran slowed x slowdown / (1 + slowdown): the time beyond
+        its normal pace), counting the part of each episode inside the range. Most costly first."""
+        with pool.connection() as conn:
+            report = straggler_cost(conn, span, by)
+        return {
+            "start": span.start,
+            "end": span.end,
+            "by": by,
+            "rows": [vars(row) for row in report.rows],
+            "totals": {"episodes": report.episodes, "gpu_hours_lost": report.gpu_hours_lost},
+        }
 
     @router.get("/grid", dependencies=[Depends(require_read_token)])
     def get_grid(pool: ReadPoolDep, limit: Annotated[int, Query(ge=1, le=MAX_GRID_POINTS)] = 1000) -> dict[str, Any]:

@@ -90,6 +90,10 @@ class StragglerOut(BaseModel):
     started_at: datetime
     declared_at: datetime
     ended_at: datetime | None
+    gpus: int  # the GPUs the job held during the episode
+    user: str | None  # the job's owner, where the scheduler said
+    # GPU-hours the job spent beyond its normal pace: gpus x duration x slowdown / (1 + slowdown), so far
+    gpu_hours_lost: float
 
 
 class EventOut(BaseModel):

@@ -1,4 +1,10 @@
-"""Stragglers the detector declared (stragglers/, the watch), newest first."""
+"""Stragglers the detector declared (stragglers/, the watch), newest first, each with what it cost.
+
+What an episode cost: the GPU-hours the job spent beyond what its work would have taken at its normal
+pace. A job `slowdown` slower (steps 1 + slowdown times as long) does in D hours what it would have done
+in D / (1 + slowdown), so its G GPUs lost G x D x slowdown / (1 + slowdown) GPU-hours (for small
+slowdowns about G x D x slowdown). G: the GPUs the job held while the episode lasted.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg import Connection
+from psycopg import Connection, sql
 
 from gpuscope.collector.query.timerange import TimeRange
 
@@ -27,6 +33,9 @@ class StragglerRow:
     started_at: datetime
     declared_at: datetime
     ended_at: datetime | None
+    gpus: int = 0  # the GPUs the job held during the episode
+    user: str | None = None  # the job's owner, where the scheduler said
+    gpu_hours_lost: float = 0.0  # see the module's docstring; an active episode: so far
 
     @property
     def culprit(self) -> str:
@@ -38,18 +47,39 @@ class StragglerRow:
         return self.node
 
 
+# The job's GPUs and owner while episode `s` (on node `n`) lasted: job ids are a cluster's own.
+JOB_HELD = sql.SQL(
+    "SELECT count(DISTINCT a.gpu_id)::int AS gpus, max(a.username) AS username"
+    " FROM job_allocation a JOIN node an ON an.node_id = a.node_id"
+    " WHERE a.job_id = s.job_id AND an.cluster = n.cluster"
+    "   AND a.started_at <= coalesce(s.ended_at, now()) AND coalesce(a.ended_at, 'infinity') >= s.started_at"
+)
+
+
+def lost_gpu_hours(start: sql.Composable, end: sql.Composable) -> sql.Composed:
+    """An episode's cost between two SQL expressions, in GPU-hours (the module's docstring)."""
+    return sql.SQL(
+        "held.gpus * greatest(0, extract(epoch FROM {end} - {start}))::float8 / 3600"
+        " * s.slowdown::float8 / (1 + s.slowdown::float8)"
+    ).format(start=start, end=end)
+
+
 def stragglers(
     conn: Connection[Any], time_range: TimeRange, job: str | None = None, active_only: bool = False, limit: int = 1000
 ) -> list[StragglerRow]:
     """Stragglers active at some point in the range (still active ones included)."""
-    rows = conn.execute(
+    query = sql.SQL(
         "SELECT s.job_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid, p.device, p.port, s.cause,"
-        "       s.slowdown::float8, s.evidence, s.started_at, s.declared_at, s.ended_at"
+        "       s.slowdown::float8, s.evidence, s.started_at, s.declared_at, s.ended_at, held.gpus, held.username,"
+        "       {lost}"
         " FROM straggler s JOIN node n ON n.node_id = s.node_id LEFT JOIN gpu g ON g.gpu_id = s.gpu_id"
         " LEFT JOIN ib_port p ON p.port_id = s.port_id"
+        " CROSS JOIN LATERAL ({held}) held"
         " WHERE s.started_at < %(end)s AND coalesce(s.ended_at, 'infinity') >= %(start)s"
         "   AND (%(job)s::text IS NULL OR s.job_id = %(job)s) AND (NOT %(active)s OR s.ended_at IS NULL)"
-        " ORDER BY s.started_at DESC, s.straggler_id DESC LIMIT %(limit)s",
-        {"start": time_range.start, "end": time_range.end, "job": job, "active": active_only, "limit": limit},
+        " ORDER BY s.started_at DESC, s.straggler_id DESC LIMIT %(limit)s"
+    ).format(lost=lost_gpu_hours(sql.SQL("s.started_at"), sql.SQL("coalesce(s.ended_at, now())")), held=JOB_HELD)
+    rows = conn.execute(
+        query, {"start": time_range.start, "end": time_range.end, "job": job, "active": active_only, "limit": limit}
     ).fetchall()
     return [StragglerRow(*row) for row in rows]

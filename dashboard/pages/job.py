@@ -183,11 +183,14 @@ def _stragglers(found: list[Any]) -> Any:
             "-" if s.nic is None else f"{s.nic}/{s.port}",
             s.cause,
             f"{s.slowdown:.0%}",
+            f"{s.gpu_hours_lost:.1f}",
             f"{s.started_at:%H:%M:%S}",
             "active" if s.ended_at is None else f"{s.ended_at:%H:%M:%S}",
             evidence_words(s.evidence),
         ]
         for s in found
     ]
-    header = ["node", "GPU", "NIC port", "cause", "est. slowdown", "started", "ended", "evidence"]
-    return table(header, rows, id="straggler-table")
+    header = ["node", "GPU", "NIC port", "cause", "est. slowdown", "GPU-h lost", "started", "ended", "evidence"]
+    total = sum(s.gpu_hours_lost for s in found)
+    cost = html.P(f"Stragglers cost this job {total:.1f} GPU-hours: the time beyond its normal pace, on all its GPUs.")
+    return html.Div([cost, table(header, rows, id="straggler-table")])

@@ -1,8 +1,11 @@
-"""A repeat straggler: the same GPU named the culprit in different jobs within a window.
+"""A repeat straggler: the same GPU, or the same node (a slow host or NIC), named the culprit in different
+jobs within a window.
 
-What: straggler rows (the detector's, collector/stragglers) that name a GPU (straggler.gpu_id), by job.
-Threshold: 2 different jobs within 7 days, suspect. Why: one job slow on a GPU can be the job (its data,
-its placement); the same GPU slowing a second, unrelated job is the GPU. Action run_diagnostics.
+What: straggler rows (the detector's, collector/stragglers), by culprit: the GPU it names, else the node
+(its host or a NIC: straggler.gpu_id NULL), and by job.
+Threshold: 2 different jobs within 7 days, suspect. Why: one job slow on a GPU or node can be the job (its
+data, its placement); the same GPU or node slowing a second, unrelated job is the hardware: blame the node,
+not the job. Action run_diagnostics.
 The finding's time is the declaration (declared_at, when the detector knew) of the straggler that
 brought in the second job; stragglers are read by start (its index) from two windows back, since a
 declaration follows its start by minutes, never by a week.
@@ -27,7 +30,7 @@ ACTION = "run_diagnostics"
 @dataclass(frozen=True)
 class _Straggler:
     node_id: int
-    gpu_index: int
+    gpu_index: int | None  # None: the node itself (its host or a NIC)
     job_id: str
     cause: str
     declared_at: datetime
@@ -38,16 +41,17 @@ async def straggler_evidence(
 ) -> list[Evidence]:
     cur = await conn.execute(
         "SELECT s.gpu_id, s.node_id, g.gpu_index, s.job_id, s.cause, s.declared_at"
-        " FROM straggler s JOIN gpu g USING (gpu_id)"
+        " FROM straggler s LEFT JOIN gpu g USING (gpu_id)"
         " WHERE s.started_at > %s AND s.started_at <= %s AND s.declared_at <= %s"
-        " ORDER BY s.gpu_id, s.declared_at, s.straggler_id",
+        " ORDER BY s.node_id, s.gpu_id NULLS FIRST, s.declared_at, s.straggler_id",
         (since - 2 * config.straggler_window, until, until),
     )
-    by_gpu: dict[int, list[_Straggler]] = defaultdict(list)
+    by_culprit: dict[tuple[int, int | None], list[_Straggler]] = defaultdict(list)
     for gpu_id, *row in await cur.fetchall():
-        by_gpu[gpu_id].append(_Straggler(*row))
+        straggler = _Straggler(*row)
+        by_culprit[(straggler.node_id, gpu_id)].append(straggler)
     found = []
-    for gpu_id, stragglers in by_gpu.items():
+    for (_, gpu_id), stragglers in by_culprit.items():
         for i, latest in enumerate(stragglers):
             if latest.declared_at <= since:
                 continue
@@ -60,11 +64,16 @@ async def straggler_evidence(
     return found
 
 
-def _repeat(gpu_id: int, latest: _Straggler, recent: list[_Straggler], jobs: int, config: EvidenceConfig) -> Evidence:
+def _repeat(
+    gpu_id: int | None, latest: _Straggler, recent: list[_Straggler], jobs: int, config: EvidenceConfig
+) -> Evidence:
     causes = {s.job_id: s.cause for s in recent}
     named = ", ".join(f"{job} ({cause})" for job, cause in causes.items())
     days = config.straggler_window.total_seconds() / 86400
-    detail = f"GPU {latest.gpu_index} was the straggler in {jobs} jobs within {days:g} days: {named}"
+    culprit = "the node" if latest.gpu_index is None else f"GPU {latest.gpu_index}"
+    detail = f"{culprit} was the straggler in {jobs} jobs within {days:g} days: {named}"
+    if latest.gpu_index is None:
+        detail = detail[0].upper() + detail[1:]
     return Evidence(
         at=latest.declared_at,
         node_id=latest.node_id,

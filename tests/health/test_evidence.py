@@ -131,11 +131,13 @@ def test_thermal_slowdown_at_normal_load(fleet: Fleet) -> None:
 
 
 def test_a_gpu_straggling_in_two_jobs_in_a_week(fleet: Fleet) -> None:
-    assert fleet.on("straggler") == [("repeat_straggler", 0, 120, SUSPECT, "run_diagnostics", None)], (
-        "not one job twice (GPU 1), not jobs 8 days apart (GPU 2), not the node's own stragglers"
-    )
+    assert fleet.on("straggler") == [
+        ("repeat_straggler", 0, 120, SUSPECT, "run_diagnostics", None),
+        ("repeat_straggler", None, 200, SUSPECT, "run_diagnostics", None),
+    ], "not one job twice (GPU 1), not jobs 8 days apart (GPU 2); the node itself slowing two jobs: the node"
     assert fleet.detail("straggler", "repeat_straggler") == [
-        "GPU 0 was the straggler in 2 jobs within 7 days: job-a (thermal), job-b (power_cap)"
+        "GPU 0 was the straggler in 2 jobs within 7 days: job-a (thermal), job-b (power_cap)",
+        "The node was the straggler in 2 jobs within 7 days: job-f (slow_nic), job-g (slow_nic)",
     ]
 
 
