@@ -62,6 +62,7 @@ ROUTES = [
     ("PUT", "/api/v1/health/nodes/{cluster}/{node}/hold"),
     ("DELETE", "/api/v1/health/nodes/{cluster}/{node}/hold"),
     ("GET", "/api/v1/reports/usage"),
+    ("GET", "/api/v1/reports/stragglers"),
     ("GET", "/api/v1/reports/jobs/{job_id}"),
     ("GET", "/api/v1/reports/grid"),
     ("PUT", "/api/v1/reports/grid"),
