@@ -98,14 +98,16 @@ def energy_kwh(power: query.RackPower) -> float | None:
 
 
 def rack_loads(power: query.RackPower, budgets_kw: dict[str, float], nameplate_w: dict[str, float]) -> list[RackLoad]:
-    """Each rack's newest power reading against its budget: configured ("cluster/rack" or "rack"), else
-    the sum of its GPUs' power limits. Racks with neither reading nor budget are left out."""
+    """Each rack's current power against its budget: configured ("cluster/rack" or "rack"), else the sum
+    of its GPUs' power limits. Current: the larger of its two newest readings, because the newest bucket
+    may still be filling (GPUs whose samples have not arrived yet are missing from its sum, which reads
+    low, never high). Racks with neither reading nor budget are left out."""
     loads = []
     for rack, watts in zip(power.racks, power.watts, strict=True):
         seen = watts[~np.isnan(watts)]
         budget = _budget_kw(rack, budgets_kw, nameplate_w)
         if seen.size and budget:
-            loads.append(RackLoad(rack, float(seen[-1]) / 1000, budget))
+            loads.append(RackLoad(rack, float(seen[-2:].max()) / 1000, budget))
     return loads
 
 

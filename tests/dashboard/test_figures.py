@@ -92,3 +92,14 @@ def test_hovers_name_each_cells_job_as_plain_text_while_that_stays_small() -> No
     wide = Heatmap("util_pct", 60, small_heatmap().rows, [T0] * columns, np.zeros((4, columns)))
     assert with_jobs(to_grid(wide, "gpu"), held).jobs is None and len(asked) == 1
     assert "customdata" not in heatmap_figure(to_grid(small_heatmap(), "gpu"), revision="1h").data[0].hovertemplate
+
+
+def test_a_racks_current_power_is_not_read_from_a_bucket_still_filling() -> None:
+    """The newest bucket holds only the GPUs whose samples arrived: a rack at 9 kW must not read 3 kW."""
+    from gpuscope.dashboard.data import rack_loads
+
+    now = datetime.now(UTC)
+    times = [now - timedelta(seconds=20), now - timedelta(seconds=10), now]
+    power = RackPower(bucket_s=10, racks=["c/r1"], times=times, watts=np.array([[8800.0, 9000.0, 3000.0]]))
+    (load,) = rack_loads(power, {"c/r1": 10.0}, {})
+    assert load.current_kw == 9.0 and load.share == 0.9
