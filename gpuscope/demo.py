@@ -21,11 +21,9 @@ from pathlib import Path
 
 from gpuscope.collector.api.auth import token_or_generate
 from gpuscope.collector.service import BackgroundServer
-from gpuscope.collector.store.availability import DatabaseStatus
 from gpuscope.collector_process import CollectorSettings
 from gpuscope.collector_process import build as build_collector
-from gpuscope.core.embedded_pg import EmbeddedPostgres
-from gpuscope.core.pg_supervisor import Supervisor
+from gpuscope.collector_process import database as collector_database
 from gpuscope.core.signals import stop_on_signals
 from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.dashboard_process import build as build_dashboard
@@ -56,13 +54,6 @@ def run_demo(options: DemoOptions) -> None:
     stop = stop_on_signals()
     with contextlib.ExitStack() as stack:
         data_dir = options.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscope-demo-")))
-        pg = EmbeddedPostgres(data_dir)
-        pg.start()  # first: its child is forked before any of our threads exist
-        stack.callback(pg.stop)
-        supervisor = Supervisor(pg)  # a killed server comes back, as under `gpuscope collector`
-        supervisor.start()
-        stack.callback(supervisor.stop)  # before pg.stop: that exit is not a crash
-
         token = secrets.token_urlsafe(32)
         token_or_generate(None, data_dir, "admin-token")  # silences from the dashboard need it
         # Usage reports priced as a site would (docs/reports.md): the simulated GPUs are H100s.
@@ -71,12 +62,16 @@ def run_demo(options: DemoOptions) -> None:
         settings = CollectorSettings(
             listen=f"{HOST}:{options.collector_port}",
             data_dir=data_dir,
+            db=None,  # always the embedded server, whatever GPUSCOPE_COLLECTOR_DB says
+            db_password_file=None,
             admin_token_file=data_dir / "admin-token",
             reports_config=reports,
             # alerts: the shipped rules, kept and shown, sent nowhere (no notify config)
         )
-        database = DatabaseStatus(pg.pgdata, supervisor.problem)
-        collector = BackgroundServer(build_collector(settings, pg.dsn, token, database), HOST, options.collector_port)
+        # The embedded server, supervised, as under `gpuscope collector`; before any thread of ours starts,
+        # so that its child is forked from a process with one thread.
+        db = stack.enter_context(collector_database(settings))
+        collector = BackgroundServer(build_collector(settings, db.dsn, token, db.status), HOST, options.collector_port)
         collector.start()
         stack.callback(collector.stop)
         push_url = f"http://{HOST}:{collector.port}"
@@ -91,7 +86,7 @@ def run_demo(options: DemoOptions) -> None:
         budgets = data_dir / "rack-budgets.yaml"
         budgets.write_text("".join(f"{rack}: {kw:g}\n" for rack, kw in scenario.rack_budgets_kw.items()))
         dashboard_settings = DashboardSettings(
-            db=pg.dsn,
+            db=db.dsn,
             listen=f"{HOST}:{options.dashboard_port}",
             collector_url=push_url,
             rack_budgets_file=budgets,

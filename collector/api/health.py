@@ -79,9 +79,7 @@ def _availability_metrics(database: DatabaseStatus) -> bytes:
     if (free := database.free_bytes()) is not None:
         text = "Free bytes in the file system of the embedded database's data directory"
         families.append(GaugeMetricFamily("gpuscope_collector_database_free_bytes", text, value=free))
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Fixed(tuple(families)))
-    return generate_latest(registry)
+    return _exposition(*families)
 
 
 def _database_metrics(pool: ConnectionPool[Any]) -> bytes:
@@ -110,8 +108,13 @@ def _database_metrics(pool: ConnectionPool[Any]) -> bytes:
         stragglers.add_metric([row.job_id, row.cluster, row.node, gpu, row.cause], row.slowdown)
     for node in troubled:
         health.add_metric([node.cluster, node.node, node.state, node.reason], node.jobs)
+    return _exposition(stragglers, health)
+
+
+def _exposition(*families: GaugeMetricFamily) -> bytes:
+    """Families computed for this scrape, in the text format."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Fixed((stragglers, health)))
+    registry.register(_Fixed(families))
     return generate_latest(registry)
 
 

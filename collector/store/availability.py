@@ -105,18 +105,13 @@ class DatabaseStatus:
     def reachable(self) -> bool:
         """The watch reached the server; True when that ends an outage. A full disk is left standing
         until a write succeeds or space is freed (a read works on a full disk)."""
-        with self._lock:
-            cause = self._state.cause
-        if cause is Cause.DISK_FULL:
-            free = self.free_bytes()
-            with self._lock:
-                freed = free is not None and self._free_at_failure is not None
-                freed = freed and free >= (self._free_at_failure or 0) + FREED_BYTES  # type: ignore[operator]
-            if freed:
-                self._set(Cause.OK, "")
-            return freed
+        cause = self._state.cause
         if cause is Cause.OK:
             return False
+        if cause is Cause.DISK_FULL:
+            free, before = self.free_bytes(), self._free_at_failure
+            if free is None or before is None or free < before + FREED_BYTES:
+                return False
         self._set(Cause.OK, "")
         return True
 

@@ -64,11 +64,8 @@ async def store_batches(pool: AsyncConnectionPool, batches: list[Batch], cache: 
     Rows are locked in one global order, node by node and batch by batch (lock_order), in every step, so
     two groups holding the same nodes or the same retried batches in other orders cannot deadlock."""
     order = sorted(range(len(batches)), key=lambda n: lock_order(batches[n]))
-    results = await _store_in_order(pool, [batches[n] for n in order], cache)
-    in_given_order: list[StoreResult] = [results[0]] * len(batches)
-    for position, n in enumerate(order):
-        in_given_order[n] = results[position]
-    return in_given_order
+    results = dict(zip(order, await _store_in_order(pool, [batches[n] for n in order], cache), strict=True))
+    return [results[n] for n in range(len(batches))]
 
 
 def lock_order(batch: Batch) -> tuple[str, str, str, int]:

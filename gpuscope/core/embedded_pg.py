@@ -194,25 +194,15 @@ class EmbeddedPostgres:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
             log.warning("PostgreSQL did not stop in %.0fs; sending SIGQUIT (immediate shutdown)", timeout)
-            process.send_signal(signal.SIGQUIT)
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+            _quit(process, grace=5.0)
 
     def stop_now(self) -> None:
         """Past a shutdown deadline: immediate shutdown, and SIGKILL for a server that does not even
         take that (a frozen one). Committed transactions are in the WAL; the next start replays it."""
         self._closing.set()
         process = self._process
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGQUIT)
-        try:
-            process.wait(0.5)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        if process is not None and process.poll() is None:
+            _quit(process, grace=0.5)
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()
@@ -379,6 +369,17 @@ def _server_user() -> pwd.struct_passwd | None:
             f"running as root, and there is no '{PG_SYSTEM_USER}' user to run PostgreSQL as; create one "
             f"('useradd --system {PG_SYSTEM_USER}') or run gpuscope as an ordinary user"
         ) from None
+
+
+def _quit(process: subprocess.Popen[bytes], grace: float) -> None:
+    """Immediate shutdown (SIGQUIT); a server that has not gone after `grace` seconds (a frozen one) is
+    killed. Either way nothing committed is lost: the next start replays the WAL."""
+    process.send_signal(signal.SIGQUIT)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
 
 
 def _find_prctl() -> Any:

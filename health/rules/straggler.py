@@ -70,10 +70,8 @@ def _repeat(
     causes = {s.job_id: s.cause for s in recent}
     named = ", ".join(f"{job} ({cause})" for job, cause in causes.items())
     days = config.straggler_window.total_seconds() / 86400
-    culprit = "the node" if latest.gpu_index is None else f"GPU {latest.gpu_index}"
+    culprit = "The node" if latest.gpu_index is None else f"GPU {latest.gpu_index}"
     detail = f"{culprit} was the straggler in {jobs} jobs within {days:g} days: {named}"
-    if latest.gpu_index is None:
-        detail = detail[0].upper() + detail[1:]
     return Evidence(
         at=latest.declared_at,
         node_id=latest.node_id,

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
 from gpuscope.core.embedded_pg import running_dsn
 from gpuscope.core.listen import free_loopback_port
@@ -165,18 +164,6 @@ class Feeder:
         if status not in (0, 200, 503):
             raise AssertionError(f"unexpected answer {status}: {detail}")
         return status == 200
-
-
-def stored(dsn: str, node: str = "fault-node") -> tuple[int, int]:
-    """(rows, distinct (gpu, ts)) of `node` in gpu_sample."""
-    with psycopg.connect(dsn, connect_timeout=10) as conn:
-        row = conn.execute(
-            "SELECT count(*), count(DISTINCT (s.gpu_id, s.ts)) FROM gpu_sample s"
-            " JOIN gpu USING (gpu_id) JOIN node n USING (node_id) WHERE n.name = %s",
-            (node,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
 
 
 def gone(pid: int) -> bool:

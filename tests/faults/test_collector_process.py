@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from tests.faults.harness import Collector, Feeder, postgres_pids, stored
+from tests.exporter.helpers import stored_rows
+from tests.faults.harness import Collector, Feeder, postgres_pids
 from tests.waiting import eventually
 
 STOP_S = 10.0  # SIGTERM: gone within this, whatever the database is doing
@@ -29,7 +30,7 @@ def test_collector_sigkill_then_immediate_restart(collector: Collector) -> None:
     eventually(lambda: feeder.acked_batches >= 40, what="batches acknowledged after the restart", timeout=20)
     feeder.stop()
     assert 'lock file "postmaster.pid" already exists' not in collector.log_text()
-    assert stored(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
+    assert stored_rows(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
     print(f"collector SIGKILL: healthy again {took:.1f} s after an immediate restart")
 
 
@@ -42,7 +43,7 @@ def test_collector_frozen_and_thawed(collector: Collector) -> None:
     thawed = feeder.acked_batches
     eventually(lambda: feeder.acked_batches >= thawed + 20, what="batches acknowledged after SIGCONT", timeout=20)
     feeder.stop()
-    assert stored(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
+    assert stored_rows(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
 
 
 def test_sigterm_while_the_database_is_hung(collector: Collector) -> None:
@@ -59,7 +60,7 @@ def test_sigterm_while_the_database_is_hung(collector: Collector) -> None:
     collector.restart(timeout=60)
     feeder.url = collector.url
     feeder.stop()  # the pending batch goes to the restarted collector
-    assert stored(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
+    assert stored_rows(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
     assert feeder.acked_rows >= acked
     print(f"SIGTERM with the database hung: exited after {took:.1f} s")
 

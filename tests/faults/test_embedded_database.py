@@ -9,7 +9,8 @@ import time
 
 import httpx
 
-from tests.faults.harness import Collector, Feeder, gone, stored
+from tests.exporter.helpers import stored_rows
+from tests.faults.harness import Collector, Feeder, gone
 from tests.waiting import eventually
 
 RECOVERY_S = 15.0  # the target: ingest back within 15 s of the kill
@@ -42,7 +43,7 @@ def test_postmaster_sigkill_is_restarted_and_nothing_acknowledged_is_lost(collec
     assert "embedded PostgreSQL was killed by signal 9; starting it again" in collector.log_text()
 
     feeder.stop()
-    assert stored(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
+    assert stored_rows(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
     print(f"postmaster SIGKILL: ingest back after {back:.1f} s, slowest 503 {max(a.took for a in refusals):.3f} s")
 
 

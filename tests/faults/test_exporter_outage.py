@@ -16,7 +16,8 @@ from gpuscope.collector.ingest.wire import decode
 from gpuscope.core.listen import free_loopback_port
 from gpuscope.exporter.wire import BINARY_CONTENT_TYPE
 from tests.commands import GPUSCOPE, token_file
-from tests.faults.harness import TOKEN, Collector, stored
+from tests.exporter.helpers import stored_rows
+from tests.faults.harness import TOKEN, Collector
 from tests.waiting import eventually
 
 NODE = "spooling-node"
@@ -82,7 +83,7 @@ def test_exporter_killed_during_an_outage_loses_only_the_last_moment(collector: 
         gaps = [b - a for a, b in itertools.pairwise(before_kill)]
         assert max(gaps) <= 2.5 * INTERVAL_S, f"a gap of {max(gaps):.2f} s before the kill: samples were lost"
         with psycopg.connect(dsn) as conn:
-            stored_rows = {
+            in_database = {
                 (int(g), round(float(t), 3))
                 for g, t in conn.execute(
                     "SELECT gpu_index, extract(epoch FROM s.ts) FROM gpu_sample s JOIN gpu USING (gpu_id)"
@@ -90,8 +91,8 @@ def test_exporter_killed_during_an_outage_loses_only_the_last_moment(collector: 
                     (NODE,),
                 ).fetchall()
             }
-        assert on_disk <= stored_rows, f"{len(on_disk - stored_rows)} spooled samples never stored"
-        total, distinct = stored(dsn, NODE)
+        assert on_disk <= in_database, f"{len(on_disk - in_database)} spooled samples never stored"
+        total, distinct = stored_rows(dsn)
         assert total == distinct, "no sample stored twice"
         print(f"exporter SIGKILL in an outage: {len(on_disk)} spooled rows all stored; lost the last "
               f"{killed - max(before_kill):.2f} s before the kill")  # fmt: skip

@@ -12,7 +12,8 @@ import pytest
 
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from tests.conftest import FAST_UNSAFE, running_postgres
-from tests.faults.harness import Collector, Feeder, stored
+from tests.exporter.helpers import stored_rows
+from tests.faults.harness import Collector, Feeder
 from tests.waiting import eventually
 
 
@@ -46,7 +47,7 @@ def test_ingest_resumes_by_itself_after_the_server_returns(server: EmbeddedPostg
         back = next(a.at for a in feeder.answers_since(up) if a.status == 200) - up
         feeder.stop()
         assert collector.process is not None and collector.process.poll() is None, "no restart was needed"
-        assert stored(server.dsn) == (feeder.acked_rows, feeder.acked_rows)
+        assert stored_rows(server.dsn) == (feeder.acked_rows, feeder.acked_rows)
         warnings = collector.log_text()
         assert "the database runs with fsync=off" in warnings
         assert "the database runs with synchronous_commit=off" in warnings

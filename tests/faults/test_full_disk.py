@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.harness import Collector, Feeder, stored
+from tests.exporter.helpers import stored_rows
+from tests.faults.harness import Collector, Feeder
 from tests.waiting import eventually
 
 DISK = "192m"  # PostgreSQL 15's initdb takes ~40 MB, its WAL segments 16 MB each
@@ -64,7 +65,7 @@ def test_full_disk_is_named_and_recovered_from(small_disk: Path) -> None:
         back = next(a.at for a in feeder.answers_since(freed) if a.status == 200) - freed
         eventually(lambda: collector.health()[0] == 200, what="/healthz 200 once space is freed", timeout=15)
         feeder.stop()
-        assert stored(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
+        assert stored_rows(collector.dsn()) == (feeder.acked_rows, feeder.acked_rows)
         print(f"disk full: {len(refusals)} batches refused naming it, ingest back {back:.1f} s after space was freed")
     finally:
         collector.stop()
