@@ -12,6 +12,15 @@ synchronous training behaves, independently of `exporter.sim.training` and of th
 - `rail`: rail-optimised nodes (one NIC per GPU); a slow NIC slows one rail's ring;
 - `moe_fsdp`: mixture of experts with FSDP sharding and expert parallelism: all-to-alls every layer, uneven loads.
 
+Held out until the detector was frozen (`NEW_FAMILIES`), each written by a hand that never read the detector:
+- `serving`: inference replicas, independent of each other (nobody waits for anybody): never a straggler;
+- `mixed_models`: data parallel over H100 and H200 nodes in one job, the faster GPUs waiting by design;
+- `moe_drift`: mixture of experts whose hot experts drift between nodes over minutes;
+- `zero3_offload`: ZeRO-3 with optimizer offload to the host: phases where every GPU idles;
+- `neighbour`: a job slowed by another job's traffic on shared nodes or switches (a fabric finding);
+- `nvlink`: tensor parallel inside the node over NVLink, a degraded link slowing its node's group;
+- `elastic`: elastic restarts: the job stops, restarts from a checkpoint, sometimes on fewer nodes.
+
 The shared measurement layer (how a step becomes NVML/DCGM samples and InfiniBand counters) lives in
 `_engine`; the GPU's electrical model (clocks, power limit, thermal limit) in `_gpu`; each family's
 step model in its own module (`_dp` holds the data-parallel step that four families build on).
@@ -33,7 +42,10 @@ if TYPE_CHECKING:
     from gpuscope.exporter.sim.training import Telemetry
 
 FAMILIES = ("spin_dp", "yield_dp", "pipeline", "grad_accum", "startup_and_pauses", "rail", "moe_fsdp")
-FAULT_KINDS = ("thermal", "power_cap", "slow_nic", "slow_host")
+NEW_FAMILIES = ("serving", "mixed_models", "moe_drift", "zero3_offload", "neighbour", "nvlink", "elastic")
+# gpu_degraded: a GPU slower at normal clocks (memory or link stalls); nvlink: a degraded NVLink of `gpu`;
+# fabric: the job slowed by the fabric or by another job (`aggressor`), with no culprit rank inside it.
+FAULT_KINDS = ("thermal", "power_cap", "slow_nic", "slow_host", "gpu_degraded", "nvlink", "fabric")
 TARGET_SLOWDOWNS = (0.05, 0.1, 0.2, 0.5)
 GPU_KEYS = (
     "tensor_active_pct",
@@ -45,6 +57,9 @@ GPU_KEYS = (
     "temp_c",
 )
 PORT_KEYS = ("xmit_bytes", "xmit_wait", "rate_gbps")
+# Optional per-GPU cumulative counters (ranks, T), as NVML reports them (bytes; error counts); a family
+# without NVLink leaves them out and readers treat them as missing.
+NVLINK_KEYS = ("nvlink_tx_bytes", "nvlink_replay_errors", "nvlink_recovery_errors", "nvlink_crc_errors")
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,7 @@ class GroundTruth:
     target_slowdown: float = 0.0  # what the seed asked for; true_slowdown is what the physics gave
     localisable: bool = True  # False where no telemetry here can tell the culprit from healthy peers
     detail: str = ""  # the mechanism, e.g. "SW thermal, compute clock 0.81x" or "link 400->100 Gb/s"
+    aggressor: str | None = None  # fabric: the job whose traffic slowed this one, where there is one
 
 
 @dataclass
@@ -78,6 +94,8 @@ class Case:
     clean_step_s: np.ndarray  # (T,)
     decoys: list[str] = field(default_factory=list)
     params: dict[str, object] = field(default_factory=dict)  # the drawn job, for reading results
+    # Whether the job's ranks run in lock-step (they wait for each other): False for independent replicas.
+    synchronous: bool = True
 
     @property
     def ranks(self) -> int:
@@ -112,8 +130,8 @@ class Case:
 
 
 def generate(family: str, seed: int) -> Case:
-    if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; one of {FAMILIES}")
+    if family not in FAMILIES + NEW_FAMILIES:
+        raise ValueError(f"unknown family {family!r}; one of {FAMILIES + NEW_FAMILIES}")
     module = importlib.import_module(f"{__name__}.{family}")
     case: Case = module.generate(seed)
     return case
