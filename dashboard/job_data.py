@@ -49,6 +49,7 @@ class JobEfficiencyData:
     efficiency: query.JobEfficiency
     gpus: list[query.JobGpu]  # one per allocation: the per-rank view
     stragglers: list[query.StragglerRow]  # while it ran, newest first
+    judged: query.JudgingModel | None = None  # how the straggler watch judged it; None: never seen by it
 
 
 def load_job_efficiency(pool: ConnectionPool[Any], job_id: str) -> JobEfficiencyData | None:
@@ -60,6 +61,7 @@ def load_job_efficiency(pool: ConnectionPool[Any], job_id: str) -> JobEfficiency
         gpus = query.job_gpus(conn, job_id)
         end = max(job.ended_at or datetime.now(UTC), job.started_at + timedelta(seconds=1))
         stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
+        judged = query.judging_model(conn, job_id)
     if efficiency is None:  # its allocations went between the two reads (retention)
         return None
-    return JobEfficiencyData(job, efficiency, gpus, stragglers)
+    return JobEfficiencyData(job, efficiency, gpus, stragglers, judged)

@@ -47,7 +47,7 @@ def efficiency(loaded: JobEfficiencyData, now: datetime | None = None) -> html.D
         _idle_tile(eff),
         _energy_tile(eff, job),
         _memory_tile(eff.peak_memory),
-        _straggler_tile(active, loaded.stragglers),
+        _straggler_tile(active, loaded.stragglers, loaded.judged),
     ]
     return html.Div(
         [
@@ -188,13 +188,18 @@ def _memory_tile(peak: query.PeakMemory | None) -> html.Div:
     return _tile("memory", f"{peak.used_bytes / GIB:.1f} GiB", label, [f"{of.strip()} on ", link, ", in its last hour"])
 
 
-def _straggler_tile(active: list[query.StragglerRow], found: list[query.StragglerRow]) -> html.Div:
+def _straggler_tile(
+    active: list[query.StragglerRow], found: list[query.StragglerRow], judged: query.JudgingModel | None
+) -> html.Div:
     if not found:
-        return _tile("stragglers", "none", "stragglers", "the detector found none while it ran")
+        if judged is not None and judged.model != "synchronous":
+            return _tile("stragglers", "not judged", "stragglers", judged.words)
+        how = f"; {judged.words}" if judged is not None else ""
+        return _tile("stragglers", "none", "stragglers", f"the detector found none while it ran{how}")
     shown = active or found
     causes: list[Any] = []
     for s in shown[:3]:
-        link = dcc.Link(s.culprit, href=node_href(s.node, s.gpu))
+        link = html.Span(s.culprit) if s.node is None else dcc.Link(s.culprit, href=node_href(s.node, s.gpu))
         causes += [html.Br()] if causes else []
         causes += [link, f": {s.cause}, ~{s.slowdown:.0%} slower"]
     value = f"{len(active)} now" if active else "none now"

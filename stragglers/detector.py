@@ -28,11 +28,13 @@ stalled host), and each InfiniBand port's transmit waits and link rate.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from gpuscope.stragglers.signal import Signal
+from gpuscope.stragglers.synchrony import Synchrony
 
 HW_THERMAL_SLOWDOWN = 0x40  # NVML clock event reason bits
 SW_THERMAL_SLOWDOWN = 0x20
@@ -59,21 +61,27 @@ class Settings:
     min_traffic_bps: float = 1e6  # the job sends at least this much per port: traffic is a second route
     traffic_slack: float = 0.15  # ... whose slowdown must not contradict the activity's by more than this
     max_traffic_noise: float = 0.1  # ... where its 30 s means vary (relative deviation) by this much at most
+    stalled_work: float = 0.5  # a GPU busy longer whose work share rose less than this part of it: stalls
+    more_work_power: float = 0.3  # a GPU whose power rose by this part of its work share's rise does more work
+    min_congested_ports: int = 3  # waits risen on this many ports (or on all, where fewer): the fabric's
+    min_nvlink_errors: float = 1.0  # NVLink replays, recoveries and CRC errors per second that name a link...
+    nvlink_error_rise: float = 10.0  # ... at this many times the GPU's own normal
 
 
 @dataclass
 class Straggler:
     """A declared straggler: where, why, how bad, since when (and until when, once over)."""
 
-    node: int  # position of the node in the job
+    node: int  # position of the node in the job; -1 for a finding about the whole job (fabric)
     gpu: int | None  # local GPU index on that node; None for a node or NIC
     port: int | None  # position of the port in the job's ports (slow_nic); None otherwise
-    cause: str  # thermal | power_cap | slow_nic | slow_host | unknown
+    cause: str  # thermal | power_cap | gpu_degraded | slow_nic | slow_host | fabric
     started_s: float
     slowdown: float  # estimated job slowdown: the median of the (latest) estimates while active
     declared_s: float = 0.0  # when persistence was reached: started_s + persist_s at the earliest
     evidence: dict[str, float] = field(default_factory=dict)
     ended_s: float | None = None
+    aggressor: str | None = None  # fabric: the job whose traffic on shared nodes slowed this one (the watch knows)
     # The job slowdown per sample while active: the last 720 (an hour at 5 s), so a long one stays cheap.
     estimates: deque[float] = field(default_factory=lambda: deque(maxlen=720), repr=False)
 
@@ -109,12 +117,16 @@ class JobDetector:
         block = max(1, round(s.block_s / s.sample_s))
         blocks = max(3, round(s.window_s / (block * s.sample_s)))
         self._started: float | None = None
-        self._share = _Signal(fast, blocks, block)  # rank's tensor activity / job median
-        self._util = _Signal(fast, blocks, block)  # node's median GPU utilisation / the other nodes'
-        self._level = _Signal(fast, blocks, block)  # job median tensor activity
-        self._traffic = _Signal(fast, blocks, block, spread=True)  # job's bytes per second sent, per port
-        self._wait = _Signal(fast, blocks, block)  # port's transmit waits per second
-        self._link = _Signal(fast, blocks, block)  # port's link rate
+        self._share = Signal(fast, blocks, block)  # rank's tensor activity / job median
+        self._util = Signal(fast, blocks, block)  # node's median GPU utilisation / the other nodes'
+        self._level = Signal(fast, blocks, block)  # job median tensor activity
+        self._traffic = Signal(fast, blocks, block, spread=True)  # job's bytes per second sent, per port
+        self._wait = Signal(fast, blocks, block)  # port's transmit waits per second
+        self._link = Signal(fast, blocks, block)  # port's link rate
+        self._busy = Signal(fast, blocks, block)  # rank's SM activity / job median, where activity is tensor
+        self._power = Signal(fast, blocks, block)  # rank's power draw / job median
+        self._nvlink = Signal(fast, blocks, block)  # rank's NVLink errors per second (replay, recovery, CRC)
+        self._synchrony = Synchrony.for_job(node_of, blocks, block)
         # When each rank last had a clock held down for a named reason: a capped GPU shows its bit only
         # while it computes, so a sample that falls in a collective would otherwise lose the cause.
         self._thermal_at = np.full(node_of.size, -math.inf)
@@ -135,9 +147,19 @@ class JobDetector:
         xmit_wait_rate: np.ndarray,
         link_gbps: np.ndarray,
         xmit_bytes_rate: np.ndarray | None = None,
+        sm: np.ndarray | None = None,
+        power: np.ndarray | None = None,
+        nvlink_errors: np.ndarray | None = None,
     ) -> None:
-        """One sample: per-GPU arrays (ranks,), per-port arrays (ports,), NaN for a missing sample."""
+        """One sample: per-GPU arrays (ranks,), per-port arrays (ports,), NaN for a missing sample. `tensor`
+        is the GPU's work (tensor activity, or SM activity where there is no tensor counter); `sm`, where
+        given, is how busy it was (SM activity), `power` its draw in watts, `nvlink_errors` its NVLink
+        links' replays, recoveries and CRC errors per second."""
         s = self.settings
+        missing = np.full(tensor.shape, np.nan)
+        sm = missing if sm is None else sm
+        power = missing if power is None else power
+        nvlink_errors = missing if nvlink_errors is None else nvlink_errors
         level = _median(tensor)
         self._level.observe(np.array([level]))
         if self._paused():
@@ -154,19 +176,25 @@ class JobDetector:
         others = np.array([_median(np.delete(per_node, n)) for n in range(self.nodes)]) if self.nodes > 1 else per_node
         with np.errstate(all="ignore"):
             node_util = per_node / others
-        # Means, not medians, across ports and against the smoothed level: these are averaged over time
-        # too, and a median of bursty samples is not the median of their averages.
+        # The job's bytes per second: the median over its ports of one sample (its ports send together,
+        # so they burst together), which a port shared with another job (a node split between two jobs
+        # carries both through its NIC) does not move; averaged over time, not a median of samples.
         sent = (
             math.nan
             if xmit_bytes_rate is None or not np.isfinite(xmit_bytes_rate).any()
-            else np.nanmean(xmit_bytes_rate)
+            else float(np.nanmedian(xmit_bytes_rate))
         )
+        # The rank's activity against the smoothed level: means, as the normals are (a median of bursty
+        # samples is not the median of their averages).
         signals = (
             (self._share, tensor / self._level.now[0]),
             (self._util, node_util),
             (self._traffic, np.array([sent])),
             (self._wait, xmit_wait_rate),
             (self._link, link_gbps),
+            (self._busy, _ratio(sm, _median(sm))),
+            (self._power, _ratio(power, _median(power))),
+            (self._nvlink, nvlink_errors),
         )
         for signal, values in signals:
             signal.observe(values)
@@ -177,6 +205,7 @@ class JobDetector:
         # keep itself alive by keeping the normal it is judged against.
         if self.active is None or t - self.active.started_s >= s.max_freeze_s:
             self._level.learn(np.array([level]))
+            self._synchrony.learn(tensor)
             for signal, values in signals:
                 signal.learn(values)
         if t - self._started < s.warmup_s:
@@ -184,7 +213,19 @@ class JobDetector:
         bits = np.nan_to_num(reasons).astype(np.int64)
         self._thermal_at[(bits & (HW_THERMAL_SLOWDOWN | SW_THERMAL_SLOWDOWN)) != 0] = t
         self._power_cap_at[(bits & SW_POWER_CAP) != 0] = t
-        self._judge(t, self._find(t, clock, link_gbps))
+        # Where nobody waits for anybody (independent replicas) there is no straggler to find.
+        self._judge(t, self._find(t, clock, link_gbps) if self._synchrony.synchronous else None)
+
+    @property
+    def model(self) -> str:
+        """How the job is judged: "synchronous" (its ranks wait for each other), "independent" (replicas
+        that wait for nobody: not judged) or "undecided" (too little seen yet: nothing is judged in warm-up)."""
+        return self._synchrony.model
+
+    @property
+    def wander(self) -> float:
+        """The measure the model goes by (stragglers/synchrony.py); NaN until measured."""
+        return self._synchrony.wander
 
     def _paused(self) -> bool:
         """A phase every rank goes through together (a checkpoint, evaluation, start-up, a loader stall):
@@ -216,12 +257,27 @@ class JobDetector:
             evidence["traffic_slowdown"] = traffic
             if not _agree(slowdown, traffic, s.traffic_slack + 3 * noise):
                 return None
+        # A GPU over its share: it works (tensor activity) or is busy (SM activity) for longer while the
+        # others wait for it.
         share_rise = self._share.now / self._share.base - 1
-        rank = _argmax(share_rise)
-        gpu_found = rank >= 0 and share_rise[rank] >= s.min_share_rise and _stands_out(share_rise, rank)
-        cause = self._clock_cause(t, rank) if gpu_found else "unknown"
-        if gpu_found and cause != "unknown":
-            return self._gpu_candidate(rank, cause, share_rise, clock, evidence)
+        with np.errstate(all="ignore"):
+            rise = np.fmax(share_rise, self._busy.now / self._busy.base - 1)
+        rank = _argmax(rise)
+        gpu_found = rank >= 0 and rise[rank] >= s.min_share_rise and _stands_out(rise, rank)
+        cause = self._clock_cause(t, rank) if gpu_found else "gpu_degraded"
+        if gpu_found and cause != "gpu_degraded":
+            return self._gpu_candidate(rank, cause, rise, clock, evidence)
+        # A degraded NVLink slows its GPU's share of every all-reduce inside the node, so the whole node
+        # and then the job wait, while its GPUs look alike: its error counters name it.
+        errors, usual = self._nvlink.now, np.nan_to_num(self._nvlink.base)  # never learnt: none usually
+        link_rank = _argmax(errors / np.maximum(usual, s.min_nvlink_errors / s.nvlink_error_rise))
+        if (
+            link_rank >= 0
+            and errors[link_rank] >= max(s.min_nvlink_errors, s.nvlink_error_rise * usual[link_rank])
+            and _stands_out(errors, link_rank)
+        ):
+            evidence["nvlink_errors_per_s"] = float(errors[link_rank])
+            return self._gpu_candidate(link_rank, "nvlink", rise, clock, evidence)
         # A link trained to a lower rate names its own port; transmit waits can show on the port that
         # sends into the slow one (credit back-pressure), so they come second.
         link_drop = 1 - self._link.now / self._link.base
@@ -230,30 +286,52 @@ class JobDetector:
             evidence |= {"link_drop": float(link_drop[port]), "link_gbps": float(link_gbps[port])}
             return self._nic_candidate(port, evidence)
         # Waits name a port only when its peers are quiet: a slow port starves the others of data, not
-        # of credits, while waits on every port (checkpoint writes to a busy filesystem, a congested
-        # fabric) are a cause the whole job shares.
+        # of credits. Waits risen on many ports at once (or on all, in a small job) are the fabric's,
+        # or another job's on the same switches: no rank inside this job is to blame.
         wait_rise = self._wait.now / np.maximum(self._wait.base, 1.0)
         port = _argmax(wait_rise)
         peers_quiet = port >= 0 and not _median(np.delete(wait_rise, port)) >= s.min_wait_rise / 2
         if port >= 0 and wait_rise[port] >= s.min_wait_rise and _stands_out(wait_rise, port) and peers_quiet:
             evidence |= {"xmit_wait_ratio": float(wait_rise[port]), "link_gbps": float(link_gbps[port])}
             return self._nic_candidate(port, evidence)
+        congested = int(np.sum(wait_rise >= s.min_wait_rise))
+        if wait_rise.size >= 2 and congested >= min(s.min_congested_ports, wait_rise.size):
+            evidence |= {"ports_congested": float(congested), "xmit_wait_ratio": _median(wait_rise)}
+            return _Candidate((-1, None, None, "fabric"), 0.0, evidence)
         util_drop = self._util.base - self._util.now
         node = _argmax(util_drop)
         if node >= 0 and util_drop[node] >= s.min_util_drop and _stands_out(util_drop, node):
             evidence |= {"util_drop": float(util_drop[node])}
             return _Candidate((node, None, None, "slow_host"), 0.0, evidence)
-        if gpu_found:
-            return self._gpu_candidate(rank, cause, share_rise, clock, evidence)
+        if gpu_found and self._slower_not_busier(rank, share_rise[rank], rise[rank], evidence):
+            return self._gpu_candidate(rank, "gpu_degraded", rise, clock, evidence)
         return None
 
+    def _slower_not_busier(self, rank: int, work_rise: float, busy_rise: float, evidence: dict[str, float]) -> bool:
+        """Whether a GPU over its share at normal clocks does the same work slower (degraded: memory or
+        link stalls) rather than more work (a hot expert, a heavier stage, a changed split): only the
+        first makes the others wait for a fault. Busy for longer with its work share risen less is
+        stalls; its share of the job's power risen with its share of the work is more work (energy
+        follows work done, while the same work spread over a longer step draws no more than the peers'
+        draw); neither known: degraded."""
+        s = self.settings
+        if busy_rise >= s.min_share_rise and not work_rise >= s.stalled_work * busy_rise:
+            evidence["busy_rise"] = busy_rise
+            return True
+        power_rise = float(self._power.now[rank] / self._power.base[rank] - 1)
+        if math.isfinite(power_rise):
+            evidence["power_rise"] = power_rise
+            return not power_rise >= s.more_work_power * work_rise
+        return True
+
     def _clock_cause(self, t: float, rank: int) -> str:
+        """thermal or power_cap where the clock was held down for that reason lately, else gpu_degraded."""
         recent = t - self.settings.fast_s
         if self._thermal_at[rank] >= recent:
             return "thermal"
         if self._power_cap_at[rank] >= recent:
             return "power_cap"
-        return "unknown"
+        return "gpu_degraded"
 
     def _nic_candidate(self, port: int, evidence: dict[str, float]) -> _Candidate:
         return _Candidate((int(self.port_node[port]), None, port, "slow_nic"), 0.0, evidence)
@@ -299,65 +377,17 @@ class JobDetector:
             self._candidate = None
 
 
-class _Signal:
-    """Per element: `now`, a fast exponentially weighted mean of the values observed, and `base`, the
-    median over the last `blocks` means of `block` values learnt each (NaN for missing). Missing values
-    leave `now` as it is.
-
-    The normal is a median of block means, not of single values, because `now` is a mean: where one
-    sample covers part of a step (1 s samples of a 3.5 s step, say), single values are skewed or
-    bimodal and their median sits far from their mean, which would read as a slowdown that is not
-    there. Taking the median once a block also keeps the cost down: it is most of the detector's."""
-
-    def __init__(self, fast: float, blocks: int, block: int, spread: bool = False) -> None:
-        self.fast, self.blocks, self.block, self.track_spread = fast, blocks, block, spread
-        self.now = np.empty(0)
-        self.base = np.empty(0)
-        self.spread = np.empty(0)  # where tracked: the block means' median absolute deviation / their median
-        self._ring = np.empty((0, blocks))
-        self._next = 0
-        self._sum = np.empty(0)
-        self._count = np.empty(0)
-        self._in_block = 0
-
-    def observe(self, values: np.ndarray) -> None:
-        values = values.astype(float)
-        if self.now.size == 0:
-            self.now = np.full(values.size, np.nan)
-            self.base = np.full(values.size, np.nan)
-            self.spread = np.full(values.size, np.nan)
-            self._ring = np.full((values.size, self.blocks), np.nan)
-            self._sum, self._count = np.zeros(values.size), np.zeros(values.size)
-        seen = np.isfinite(values)
-        fill_now = ~np.isfinite(self.now) & seen
-        self.now[fill_now] = values[fill_now]
-        self.now[seen] += self.fast * (values[seen] - self.now[seen])
-
-    def learn(self, values: np.ndarray) -> None:
-        """Add values already observed to the normal."""
-        seen = np.isfinite(values)
-        self._sum[seen] += values[seen]
-        self._count[seen] += 1
-        self._in_block += 1
-        if self._in_block < self.block:
-            return
-        with np.errstate(all="ignore"):
-            self._ring[:, self._next] = np.where(self._count > 0, self._sum / self._count, np.nan)
-        self._next = (self._next + 1) % self.blocks
-        self._sum[:], self._count[:], self._in_block = 0.0, 0.0, 0
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an element never seen: NaN, as it should
-            self.base = np.nanmedian(self._ring, axis=1)
-            if self.track_spread:
-                self.spread = np.nanmedian(np.abs(self._ring - self.base[:, None]), axis=1) / np.abs(self.base)
-
-
 def _agree(slowdown: float, traffic: float, slack: float) -> bool:
     """Whether the traffic route does not contradict the activity route. Traffic sampled faster than
     steps is bursty (a few all-reduces per average), so this is a veto on gross disagreement only:
     traffic up while activity is down, or traffic stopped while activity merely fell."""
     ratio = (1 + traffic) / (1 + slowdown)
     return 1 - max(slack, 0.75 * slowdown) <= ratio <= 1 + max(2 * slack, slowdown)
+
+
+def _ratio(values: np.ndarray, to: float) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return values / to
 
 
 def _argmax(values: np.ndarray) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,23 +32,31 @@ log = logging.getLogger(__name__)
 SAMPLE = timedelta(seconds=5)
 SILENT = timedelta(minutes=2)  # a GPU with no sample this long is not waited for (lost, or its node down)
 REPLAY = timedelta(minutes=25)
+AGGRESSOR_RISE = 0.3  # a job on shared nodes sending this much more than usual is named for a fabric finding
+MODEL_REFRESH = timedelta(minutes=1)  # how often a job's judging model (and its measure) is written again
 LOCK_KEY = 0x67707374726167  # "gpstrag": the one active detector across collector replicas
 
 
 @dataclass
 class _Job:
+    cluster: str
     gpu_ids: list[int]  # ranks, ordered by node then GPU index
     node_ids: list[int]  # the job's nodes, in rank order
     port_ids: list[int]  # the InfiniBand ports of those nodes, in node order
     detector: JobDetector
     cursor: datetime  # the next bucket to feed
     stored: dict[int, int] = field(default_factory=dict)  # id(Straggler) -> straggler_id, while it is active
+    model_stored: tuple[str, datetime] | None = None  # the judging model last written, and when
+    # (time, bytes per second the job sent per port) over the last hour, whatever its detector judges (a
+    # job writing a checkpoint is paused to its detector, not to its neighbours)
+    sent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=720))
 
 
 class StragglerWatch:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings(sample_s=SAMPLE.total_seconds())
         self.jobs: dict[str, _Job] = {}
+        self._nvlink_errors: dict[int, float] = {}  # gpu_id -> its NVLink error counter at the last bucket fed
 
     async def cycle(self, conn: AsyncConnection[Any], now: datetime | None = None) -> int:
         """Feed every running job's complete buckets to its detector; returns how many stragglers are active."""
@@ -63,32 +72,35 @@ class StragglerWatch:
             return 0
         gpu_rows, nic_rows = await self._samples(conn, start, end, gpu_ids)
         # Rows into arrays once per cycle, (values, id, bucket), so each job takes its slice.
-        gpus = _Grid(gpu_rows, 5, start, end)  # tensor, util, clock, reasons, SM activity
+        gpus = _Grid(gpu_rows, 7, start, end)  # tensor, util, clock, reasons, SM activity, power, NVLink errors
         ports = _Grid(nic_rows, 3, start, end)  # wait rate, bytes rate, link rate
         for job_id, job in self.jobs.items():
             self._feed(job, gpus, ports, complete[job_id])
+        self._name_aggressors()
+        for job_id, job in self.jobs.items():
             await self._store(conn, job_id, job)
+            await self._store_model(conn, job_id, job, now)
         return sum(job.detector.active is not None for job in self.jobs.values())
 
     async def _follow_jobs(self, conn: AsyncConnection[Any], end: datetime) -> None:
         cur = await conn.execute(
             "SELECT a.job_id, array_agg(a.gpu_id ORDER BY n.cluster, n.name, g.gpu_index),"
-            "       array_agg(a.node_id ORDER BY n.cluster, n.name, g.gpu_index), min(a.started_at)"
+            "       array_agg(a.node_id ORDER BY n.cluster, n.name, g.gpu_index), min(a.started_at), min(n.cluster)"
             " FROM job_allocation a JOIN gpu g USING (gpu_id) JOIN node n ON n.node_id = a.node_id"
             # Whole GPUs only: MIG slices of different sizes are not peers, and their board-wide power and
             # clocks are shared with other jobs' slices.
             " WHERE a.ended_at IS NULL AND a.mig_id IS NULL GROUP BY a.job_id"
         )
-        running = {job_id: (gpus, nodes, started) for job_id, gpus, nodes, started in await cur.fetchall()}
+        running = {job_id: tuple(rest) for job_id, *rest in await cur.fetchall()}
         cur = await conn.execute(
             "SELECT node_id, array_agg(port_id ORDER BY device, port) FROM ib_port WHERE node_id = ANY(%s)"
             " GROUP BY node_id",
-            (sorted({node for _, nodes, _ in running.values() for node in nodes}),),
+            (sorted({node for _, nodes, _, _ in running.values() for node in nodes}),),
         )
         ports_of: dict[int, list[int]] = dict(await cur.fetchall())
         for job_id in set(self.jobs) - set(running):
             await self._finish(conn, job_id, end)
-        for job_id, (gpus, nodes, started) in running.items():
+        for job_id, (gpus, nodes, started, cluster) in running.items():
             node_ids = list(dict.fromkeys(nodes))
             port_ids = [port for node in node_ids for port in ports_of.get(node, [])]
             known = self.jobs.get(job_id)
@@ -103,7 +115,7 @@ class StragglerWatch:
                 port_node=np.array([position[node] for node in node_ids for _ in ports_of.get(node, [])], dtype=int),
             )
             cursor = _bucket(max(started, end - REPLAY))
-            self.jobs[job_id] = _Job(gpus, node_ids, port_ids, detector, cursor)
+            self.jobs[job_id] = _Job(cluster, gpus, node_ids, port_ids, detector, cursor)
 
     async def _complete(self, conn: AsyncConnection[Any], now: datetime, gpu_ids: list[int]) -> dict[str, datetime]:
         """Per job, the end of its complete buckets: the bucket of the oldest latest sample among its
@@ -128,7 +140,11 @@ class StragglerWatch:
             # Tensor activity needs profiling counters (GPM on Hopper and later); SM activity stands in.
             "SELECT gpu_id, date_bin(%(bucket)s, ts, %(origin)s), avg(tensor_active_pct)::float8,"
             " avg(util_pct)::float8, avg(sm_clock_mhz)::float8, bit_or(clock_event_reasons)::float8,"
-            " avg(sm_active_pct)::float8"
+            " avg(sm_active_pct)::float8, avg(power_w)::float8,"
+            # NVLink errors of every kind, as one counter (NULL on GPUs that report none)
+            " max(CASE WHEN coalesce(nvlink_replay_errors, nvlink_recovery_errors, nvlink_crc_errors) IS NOT NULL"
+            "  THEN coalesce(nvlink_replay_errors, 0) + coalesce(nvlink_recovery_errors, 0)"
+            "   + coalesce(nvlink_crc_errors, 0) END)::float8"
             " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s AND gpu_id = ANY(%(gpus)s) GROUP BY 1, 2",
             params,
         )
@@ -156,15 +172,37 @@ class StragglerWatch:
             return
         gpu = gpus.take(job.gpu_ids, job.cursor, end)
         wait, sent, link = ports.take(job.port_ids, job.cursor, end)
-        activity = gpu[0] if np.isfinite(gpu[0]).any() or not np.isfinite(gpu[4]).any() else gpu[4]
+        # Tensor activity is the work done; SM activity how busy the GPU was, and the work's stand-in on
+        # GPUs without profiling counters for tensor cores.
+        has_tensor = np.isfinite(gpu[0]).any() or not np.isfinite(gpu[4]).any()
+        activity = gpu[0] if has_tensor else gpu[4]
         first = job.cursor.timestamp()
+        _follow_traffic(job, sent)
+        nvlink = self._nvlink_rates(job.gpu_ids, gpu[6])
         for step in range(gpu.shape[2]):
             t = first + step * SAMPLE.total_seconds()
             job.detector.update(
                 t, activity[:, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], wait[:, step], link[:, step],
-                sent[:, step],
+                sent[:, step], sm=gpu[4, :, step] if has_tensor else None, power=gpu[5, :, step],
+                nvlink_errors=nvlink[:, step],
             )  # fmt: skip
         job.cursor = end
+
+    def _nvlink_rates(self, gpu_ids: list[int], counters: np.ndarray) -> np.ndarray:
+        """NVLink errors per second per GPU and bucket, from the counters at each bucket and the last one
+        fed before (a counter lower than the one before was reset: no rate)."""
+        before = np.array([self._nvlink_errors.get(g, np.nan) for g in gpu_ids])
+        # Carry the last reading over buckets a GPU missed, so a dropped sample loses no errors.
+        filled = np.hstack([before[:, None], counters])
+        for step in range(1, filled.shape[1]):
+            missing = ~np.isfinite(filled[:, step])
+            filled[missing, step] = filled[missing, step - 1]
+        rates = np.diff(filled, axis=1) / SAMPLE.total_seconds()
+        rates[rates < 0] = np.nan
+        for g, last in zip(gpu_ids, filled[:, -1], strict=True):
+            if math.isfinite(last):
+                self._nvlink_errors[g] = float(last)
+        return rates
 
     async def _store(self, conn: AsyncConnection[Any], job_id: str, job: _Job) -> None:
         for straggler in job.detector.declared:
@@ -173,13 +211,13 @@ class StragglerWatch:
                 job.stored[key] = await self._insert(conn, job_id, job, straggler)
                 log.warning(
                     "straggler in job %s: node %s gpu %s port %s, %s, job %.0f%% slower",
-                    job_id, job.node_ids[straggler.node], straggler.gpu, _port_id(job, straggler), straggler.cause,
-                    100 * straggler.slowdown,
+                    job_id, _node_id(job, straggler) or "(none: the whole job)", straggler.gpu,
+                    _port_id(job, straggler), straggler.cause, 100 * straggler.slowdown,
                 )  # fmt: skip
             else:
                 await conn.execute(
-                    "UPDATE straggler SET slowdown = %s, ended_at = %s WHERE straggler_id = %s",
-                    (straggler.slowdown, _at(straggler.ended_s), job.stored[key]),
+                    "UPDATE straggler SET slowdown = %s, ended_at = %s, aggressor_job = %s WHERE straggler_id = %s",
+                    (straggler.slowdown, _at(straggler.ended_s), straggler.aggressor, job.stored[key]),
                 )
         # Ended ones are final in the table: forget them, and their ids with them (an id() is reused
         # once its object is gone, so a stale entry could pass a new straggler off as stored).
@@ -188,8 +226,43 @@ class StragglerWatch:
                 job.stored.pop(id(straggler), None)
         job.detector.declared = [s for s in job.detector.declared if s.ended_s is None]
 
+    async def _store_model(self, conn: AsyncConnection[Any], job_id: str, job: _Job, now: datetime) -> None:
+        """How the job is judged, for the jobs pages: written when it changes, and each minute for its measure."""
+        model = job.detector.model
+        if job.model_stored is not None and job.model_stored[0] == model and now - job.model_stored[1] < MODEL_REFRESH:
+            return
+        wander = job.detector.wander
+        await conn.execute(
+            "INSERT INTO straggler_job_model (cluster, job_id, model, wander, updated_at) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (cluster, job_id) DO UPDATE"
+            " SET model = excluded.model, wander = excluded.wander, updated_at = excluded.updated_at",
+            (job.cluster, job_id, model, wander if math.isfinite(wander) else None, now),
+        )
+        job.model_stored = (model, now)
+
+    def _name_aggressors(self) -> None:
+        """A job slowed by the fabric while another job on some of its nodes sends much more than it did
+        before: that job's traffic is named (a shared node's NIC, and the switch behind it, carry both).
+        Without a shared node nothing here knows which switch is whose, so none is named."""
+        for job_id, job in self.jobs.items():
+            active = job.detector.active
+            if active is None or active.cause != "fabric" or active.aggressor is not None:
+                continue
+            mine = set(job.node_ids)
+            rises = {
+                other_id: _traffic_rise(other, active.started_s)
+                for other_id, other in self.jobs.items()
+                if other_id != job_id and mine & set(other.node_ids)
+            }
+            loudest = max(
+                rises, key=lambda other_id: rises[other_id] if math.isfinite(rises[other_id]) else -1, default=None
+            )
+            if loudest is not None and rises[loudest] >= AGGRESSOR_RISE:
+                active.aggressor = loudest
+                active.evidence["aggressor_traffic_rise"] = rises[loudest]
+
     async def _insert(self, conn: AsyncConnection[Any], job_id: str, job: _Job, straggler: Straggler) -> int:
-        node_id = job.node_ids[straggler.node]
+        node_id = _node_id(job, straggler)
         gpu_id = None
         if straggler.gpu is not None:
             ranks = [r for r, n in enumerate(job.detector.node_of) if n == straggler.node]
@@ -197,7 +270,8 @@ class StragglerWatch:
         # A watch that took over (a restart, another replica) replays the job's history and finds again
         # what its predecessor stored: adopt that row rather than store the straggler twice.
         cur = await conn.execute(
-            "SELECT straggler_id FROM straggler WHERE job_id = %s AND node_id = %s AND gpu_id IS NOT DISTINCT FROM %s"
+            "SELECT straggler_id FROM straggler WHERE job_id = %s AND node_id IS NOT DISTINCT FROM %s"
+            " AND gpu_id IS NOT DISTINCT FROM %s"
             " AND port_id IS NOT DISTINCT FROM %s AND cause = %s"
             " AND (ended_at IS NULL OR ended_at >= %s - interval '1 minute') ORDER BY started_at DESC LIMIT 1",
             (job_id, node_id, gpu_id, _port_id(job, straggler), straggler.cause, _at(straggler.started_s)),
@@ -209,10 +283,12 @@ class StragglerWatch:
             )
             return int(found[0])
         cur = await conn.execute(
-            "INSERT INTO straggler (job_id, node_id, gpu_id, port_id, cause, slowdown, evidence, started_at,"
-            " declared_at, ended_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING straggler_id",
+            "INSERT INTO straggler (job_id, cluster, node_id, gpu_id, port_id, cause, slowdown, evidence, started_at,"
+            " declared_at, ended_at, aggressor_job) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " RETURNING straggler_id",
             (
                 job_id,
+                job.cluster,
                 node_id,
                 gpu_id,
                 _port_id(job, straggler),
@@ -222,6 +298,7 @@ class StragglerWatch:
                 _at(straggler.started_s),
                 _at(straggler.declared_s),
                 _at(straggler.ended_s),
+                straggler.aggressor,
             ),
         )
         row = await cur.fetchone()
@@ -255,6 +332,28 @@ class _Grid:
         rows = [self.row_of.get(key, -1) for key in keys]
         first = round((start - self.start) / SAMPLE)
         return self.data[:, rows, first : first + round((end - start) / SAMPLE)]
+
+
+def _follow_traffic(job: _Job, sent: np.ndarray) -> None:
+    """The job's mean bytes per second per port, sample by sample, into its history."""
+    first = job.cursor.timestamp()
+    for step in range(sent.shape[1]):
+        column = sent[:, step]
+        if np.isfinite(column).any():
+            job.sent.append((first + step * SAMPLE.total_seconds(), float(np.nanmean(column))))
+
+
+def _traffic_rise(job: _Job, since_s: float) -> float:
+    """How much more the job sent per second since `since_s` than in the ten minutes before (NaN: unknown)."""
+    before = [v for t, v in job.sent if since_s - 600 <= t < since_s]
+    after = [v for t, v in job.sent if t >= since_s]
+    if not before or not after or not sum(before) > 0:
+        return math.nan
+    return (sum(after) / len(after)) / (sum(before) / len(before)) - 1
+
+
+def _node_id(job: _Job, straggler: Straggler) -> int | None:
+    return None if straggler.node < 0 else job.node_ids[straggler.node]
 
 
 def _port_id(job: _Job, straggler: Straggler) -> int | None:

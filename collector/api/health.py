@@ -105,7 +105,7 @@ def _database_metrics(pool: ConnectionPool[Any]) -> bytes:
         return b""
     for row in rows:
         gpu = "" if row.gpu is None else str(row.gpu)
-        stragglers.add_metric([row.job_id, row.cluster, row.node, gpu, row.cause], row.slowdown)
+        stragglers.add_metric([row.job_id, row.cluster, row.node or "", gpu, row.cause], row.slowdown)
     for node in troubled:
         health.add_metric([node.cluster, node.node, node.state, node.reason], node.jobs)
     return _exposition(stragglers, health)

@@ -70,21 +70,34 @@ class JobGpuOut(BaseModel):
     mig: MigOut | None = None  # the MIG device held; null: the whole GPU
 
 
+class JudgingModelOut(BaseModel):
+    """How the straggler watch judges the job: synchronous (a slow GPU is a straggler), independent
+    (replicas that wait for nobody: not judged) or undecided (still learning); wander is its measure."""
+
+    model: str
+    wander: float | None
+    updated_at: datetime
+    words: str
+
+
 class JobDetailOut(BaseModel):
     job: JobOut
     gpus: list[JobGpuOut]
+    straggler_model: JudgingModelOut | None = None  # null: the straggler watch never saw the job run
 
 
 class StragglerOut(BaseModel):
     job_id: str
     cluster: str
-    rack: str
-    node: str
+    rack: str | None  # null, with node null: a finding about the whole job (cause fabric), no rank blamed
+    node: str | None
     gpu: int | None  # null: the node or its NIC
     uuid: str | None
     nic: str | None  # a slow NIC: its device (e.g. mlx5_3) and port, on nodes with several; else null
     port: int | None
-    cause: str  # thermal | power_cap | slow_nic | slow_host | unknown
+    # thermal | power_cap | gpu_degraded (slower at normal clocks) | slow_nic | slow_host | fabric (the
+    # job slowed by the fabric or by another job, aggressor_job, on shared nodes); unknown in rows of old
+    cause: str
     slowdown: float  # estimated job slowdown, e.g. 0.2 = steps 20% longer
     evidence: dict[str, float]
     started_at: datetime
@@ -94,6 +107,7 @@ class StragglerOut(BaseModel):
     user: str | None  # the job's owner, where the scheduler said
     # GPU-hours the job spent beyond its normal pace: gpus x duration x slowdown / (1 + slowdown), so far
     gpu_hours_lost: float
+    aggressor_job: str | None  # fabric: the job whose traffic on shared nodes slowed this one, where known
 
 
 class EventOut(BaseModel):
@@ -154,6 +168,7 @@ def get_job(pool: ReadPoolDep, job_id: str) -> JobDetailOut:
     with pool.connection() as conn:
         job = query.job(conn, job_id)
         gpus = query.job_gpus(conn, job_id)
+        judged = query.judging_model(conn, job_id)
     if job is None:
         raise HTTPException(404, f"no job {job_id!r}")
     return JobDetailOut(
@@ -170,6 +185,7 @@ def get_job(pool: ReadPoolDep, job_id: str) -> JobDetailOut:
             )
             for g in gpus
         ],
+        straggler_model=None if judged is None else JudgingModelOut(**vars(judged), words=judged.words),
     )
 
 

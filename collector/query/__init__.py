@@ -19,7 +19,7 @@ from gpuscope.collector.query.memory_totals import memory_totals
 from gpuscope.collector.query.nic import NicSeries, nic_series
 from gpuscope.collector.query.rack_power import RackPower, rack_nameplate_w, rack_power
 from gpuscope.collector.query.spacing import fillable_bucket, fillable_buckets, sample_spacing
-from gpuscope.collector.query.stragglers import StragglerRow, stragglers
+from gpuscope.collector.query.stragglers import JudgingModel, StragglerRow, judging_model, stragglers
 from gpuscope.collector.query.timerange import TimeRange, bucket_for, last, source_bucket
 from gpuscope.collector.query.top import TopGpu, top_gpus
 
@@ -31,6 +31,7 @@ __all__ = [
     "JobGpu",
     "JobRow",
     "JobState",
+    "JudgingModel",
     "MigRow",
     "NicSeries",
     "PortRow",
@@ -52,6 +53,7 @@ __all__ = [
     "job",
     "job_gpus",
     "jobs",
+    "judging_model",
     "last",
     "memory_totals",
     "nic_series",

@@ -15,7 +15,8 @@ from gpuscope.collector.query.timerange import TimeRange
 CostDimension = Literal["job", "node", "cause", "user"]
 _KEYS: dict[str, sql.SQL] = {
     "job": sql.SQL("s.job_id"),
-    "node": sql.SQL("n.cluster || '/' || n.name"),  # node names are a cluster's own
+    # node names are a cluster's own; a finding about the whole job (the fabric) is nobody's node
+    "node": sql.SQL("coalesce(n.cluster || '/' || n.name, s.cluster || ': the fabric')"),
     "cause": sql.SQL("s.cause"),
     "user": sql.SQL("held.username"),
 }
@@ -43,7 +44,7 @@ def straggler_cost(conn: Connection[Any], span: TimeRange, by: CostDimension) ->
     )
     query = sql.SQL(
         "SELECT {key}, count(*)::int, count(DISTINCT s.job_id)::int, coalesce(sum({inside}), 0)"
-        " FROM straggler s JOIN node n ON n.node_id = s.node_id"
+        " FROM straggler s LEFT JOIN node n ON n.node_id = s.node_id"
         " CROSS JOIN LATERAL ({held}) held"
         " WHERE s.started_at < %(end)s AND coalesce(s.ended_at, 'infinity') > %(start)s"
         " GROUP BY 1 ORDER BY 4 DESC, 1"

@@ -21,8 +21,8 @@ from gpuscope.collector.query.timerange import TimeRange
 class StragglerRow:
     job_id: str
     cluster: str
-    rack: str
-    node: str
+    rack: str | None  # None (and node None): a finding about the whole job (cause fabric)
+    node: str | None
     gpu: int | None  # index on the node; None: the node itself
     uuid: str | None
     nic: str | None  # the port's device (a slow NIC on a node with several), e.g. mlx5_3; None otherwise
@@ -36,10 +36,19 @@ class StragglerRow:
     gpus: int = 0  # the GPUs the job held during the episode
     user: str | None = None  # the job's owner, where the scheduler said
     gpu_hours_lost: float = 0.0  # see the module's docstring; an active episode: so far
+    aggressor_job: str | None = None  # fabric: the job whose traffic on shared nodes slowed this one
+
+    @property
+    def whole_job(self) -> bool:
+        """A finding about the whole job (the fabric, another job), not about one of its ranks."""
+        return self.node is None
 
     @property
     def culprit(self) -> str:
-        """Where, for people: "node7 GPU 3", "node7 NIC mlx5_3 port 1" or "node7"."""
+        """Where, for people: "node7 GPU 3", "node7 NIC mlx5_3 port 1", "node7", or for a whole job "the
+        fabric" / "job 4711's traffic"."""
+        if self.node is None:
+            return f"job {self.aggressor_job}'s traffic" if self.aggressor_job else "the fabric"
         if self.gpu is not None:
             return f"{self.node} GPU {self.gpu}"
         if self.nic is not None:
@@ -47,11 +56,11 @@ class StragglerRow:
         return self.node
 
 
-# The job's GPUs and owner while episode `s` (on node `n`) lasted: job ids are a cluster's own.
+# The job's GPUs and owner while episode `s` (on node `n`, or none) lasted: job ids are a cluster's own.
 JOB_HELD = sql.SQL(
     "SELECT count(DISTINCT a.gpu_id)::int AS gpus, max(a.username) AS username"
     " FROM job_allocation a JOIN node an ON an.node_id = a.node_id"
-    " WHERE a.job_id = s.job_id AND an.cluster = n.cluster"
+    " WHERE a.job_id = s.job_id AND an.cluster = coalesce(s.cluster, n.cluster)"
     "   AND a.started_at <= coalesce(s.ended_at, now()) AND coalesce(a.ended_at, 'infinity') >= s.started_at"
 )
 
@@ -69,10 +78,11 @@ def stragglers(
 ) -> list[StragglerRow]:
     """Stragglers active at some point in the range (still active ones included)."""
     query = sql.SQL(
-        "SELECT s.job_id, n.cluster, n.rack, n.name, g.gpu_index, g.uuid, p.device, p.port, s.cause,"
-        "       s.slowdown::float8, s.evidence, s.started_at, s.declared_at, s.ended_at, held.gpus, held.username,"
-        "       {lost}"
-        " FROM straggler s JOIN node n ON n.node_id = s.node_id LEFT JOIN gpu g ON g.gpu_id = s.gpu_id"
+        "SELECT s.job_id, coalesce(s.cluster, n.cluster), n.rack, n.name, g.gpu_index, g.uuid, p.device, p.port,"
+        "       s.cause, s.slowdown::float8, s.evidence, s.started_at, s.declared_at, s.ended_at, held.gpus,"
+        "       held.username,"
+        "       {lost}, s.aggressor_job"
+        " FROM straggler s LEFT JOIN node n ON n.node_id = s.node_id LEFT JOIN gpu g ON g.gpu_id = s.gpu_id"
         " LEFT JOIN ib_port p ON p.port_id = s.port_id"
         " CROSS JOIN LATERAL ({held}) held"
         " WHERE s.started_at < %(end)s AND coalesce(s.ended_at, 'infinity') >= %(start)s"
@@ -83,3 +93,32 @@ def stragglers(
         query, {"start": time_range.start, "end": time_range.end, "job": job, "active": active_only, "limit": limit}
     ).fetchall()
     return [StragglerRow(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class JudgingModel:
+    """How the straggler watch judged a job (stragglers/synchrony.py): "synchronous" (its ranks wait for
+    each other: a slow one is a straggler), "independent" (replicas that wait for nobody: not judged) or
+    "undecided" (too little healthy running seen yet); `wander` is the measure it went by."""
+
+    model: str
+    wander: float | None
+    updated_at: datetime
+
+    @property
+    def words(self) -> str:
+        if self.model == "independent":
+            return "not judged: its GPUs follow loads of their own (independent replicas), nobody waits for a slow one"
+        if self.model == "undecided":
+            return "not judged yet: the detector is still learning how the job runs"
+        return "judged as synchronous work: its GPUs wait for each other, so a slow one slows them all"
+
+
+def judging_model(conn: Connection[Any], job_id: str) -> JudgingModel | None:
+    """The latest word of the straggler watch on the job (in whichever cluster ran it last)."""
+    row = conn.execute(
+        "SELECT model, wander::float8, updated_at FROM straggler_job_model WHERE job_id = %s"
+        " ORDER BY updated_at DESC LIMIT 1",
+        (job_id,),
+    ).fetchone()
+    return JudgingModel(*row) if row else None

@@ -49,6 +49,7 @@ async def apply(
     cutoffs: list[tuple[str, timedelta, str]] = [
         ("event", retention.hour_rollups, "ts"),
         ("straggler", retention.hour_rollups, "started_at"),
+        ("straggler_job_model", retention.hour_rollups, "updated_at"),
         ("usage_1h", retention.hour_rollups, "bucket"),
         ("usage_hour", retention.hour_rollups, "bucket"),
     ]

@@ -178,7 +178,7 @@ def _stragglers(found: list[Any]) -> Any:
         return banner("No straggler found in this job.", "empty")
     rows = [
         [
-            s.node,
+            s.culprit if s.node is None else s.node,
             "-" if s.gpu is None else s.gpu,
             "-" if s.nic is None else f"{s.nic}/{s.port}",
             s.cause,

@@ -196,7 +196,9 @@ def attention_list(attention: data.Attention) -> Any:
                     " straggler in ",
                     dcc.Link(f"job {straggler.job_id}", href=f"/jobs/{quote(straggler.job_id, safe='')}"),
                     ": ",
-                    dcc.Link(straggler.culprit, href=node_href(straggler.node)),
+                    straggler.culprit
+                    if straggler.node is None
+                    else dcc.Link(straggler.culprit, href=node_href(straggler.node)),
                     f", {straggler.cause}, about {straggler.slowdown:.0%} slower",
                     f" (since {ago(straggler.started_at)})",
                 ]

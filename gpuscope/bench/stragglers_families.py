@@ -31,14 +31,18 @@ TUNING = range(0, 16)
 HELD_OUT = range(16, 64)
 ALL = range(0, 64)
 GRACE_S = 120.0
+NVLINK_ERRORS = ("nvlink_replay_errors", "nvlink_recovery_errors", "nvlink_crc_errors")
 
 
 def detect(case: Case) -> list[Straggler]:
     node_of = np.arange(case.ranks) // case.gpus_per_node
     detector = JobDetector.for_ranks(node_of, Settings(sample_s=case.sample_s), port_node=case.port_node)
     data = case.telemetry
-    tensor = data["tensor_active_pct"] if np.isfinite(data["tensor_active_pct"]).any() else data["sm_active_pct"]
+    has_tensor = np.isfinite(data["tensor_active_pct"]).any()
+    tensor = data["tensor_active_pct"] if has_tensor else data["sm_active_pct"]
     wait, sent = (_rate(data[key], case.sample_s) for key in ("xmit_wait", "xmit_bytes"))
+    counters = [_rate(data[key], case.sample_s) for key in NVLINK_ERRORS if key in data]
+    nvlink = sum(counters[1:], counters[0]) if counters else None
     for i, t in enumerate(case.times):
         detector.update(
             float(t),
@@ -49,6 +53,9 @@ def detect(case: Case) -> list[Straggler]:
             wait[:, i],
             data["rate_gbps"][:, i],
             sent[:, i],
+            sm=data["sm_active_pct"][:, i] if has_tensor else None,
+            power=data["power_w"][:, i],
+            nvlink_errors=None if nvlink is None else nvlink[:, i],
         )
     return detector.declared
 

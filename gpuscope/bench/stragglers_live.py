@@ -17,6 +17,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,9 @@ def run(push_s: float = 10.0) -> dict[str, Any]:
 
 def _score(jobs: list[LiveJob], seen: dict[str, tuple[float, dict[str, Any]]], onset_wall: float) -> dict[str, Any]:
     latencies, errors, right, found = [], [], 0, {s: [0, 0] for s in SEVERITIES}
+    # From the detector's declaration (the time of the sample that completed its persistence) to the
+    # row in the API: the watch waiting for the job's slowest node, its cycle, the exporters' pushes.
+    lags = [at - datetime.fromisoformat(row["declared_at"]).timestamp() for at, row in seen.values()]
     false_alarms = sum(1 for job in jobs if job.fault is None and job.job_id in seen)
     for job in jobs:
         if job.fault is None:
@@ -172,6 +176,8 @@ def _score(jobs: list[LiveJob], seen: dict[str, tuple[float, dict[str, Any]]], o
         **{f"recall_{int(100 * s)}pct": round(d / max(1, n), 3) for s, (d, n) in found.items()},
         "onset_to_api_p50_s": round(statistics.median(latencies), 1) if latencies else None,
         "onset_to_api_max_s": round(max(latencies), 1) if latencies else None,
+        "declared_to_api_p50_s": round(statistics.median(lags), 1) if lags else None,
+        "declared_to_api_max_s": round(max(lags), 1) if lags else None,
         "slowdown_error_median": round(statistics.median(errors), 3) if errors else None,
         "false_alarms_clean_jobs": false_alarms,
         "sample_s": SAMPLE_S,

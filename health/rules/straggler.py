@@ -42,7 +42,8 @@ async def straggler_evidence(
     cur = await conn.execute(
         "SELECT s.gpu_id, s.node_id, g.gpu_index, s.job_id, s.cause, s.declared_at"
         " FROM straggler s LEFT JOIN gpu g USING (gpu_id)"
-        " WHERE s.started_at > %s AND s.started_at <= %s AND s.declared_at <= %s"
+        # A finding about the whole job (the fabric, another job's traffic) blames no node.
+        " WHERE s.node_id IS NOT NULL AND s.started_at > %s AND s.started_at <= %s AND s.declared_at <= %s"
         " ORDER BY s.node_id, s.gpu_id NULLS FIRST, s.declared_at, s.straggler_id",
         (since - 2 * config.straggler_window, until, until),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import httpx
 
@@ -41,7 +42,11 @@ def test_scoring_counts_only_the_right_place_and_cause() -> None:
     assert right.fault is not None and wrong.fault is not None
 
     def row(job: live.LiveJob, node: int, gpu: int | None, cause: str) -> dict[str, object]:
-        return {"job_id": job.job_id, "node": f"{job.job_id}-n{node}", "gpu": gpu, "cause": cause, "slowdown": 0.45}
+        declared = datetime.fromtimestamp(onset + 35, UTC).isoformat()  # 5-15 s before each is seen
+        return {
+            "job_id": job.job_id, "node": f"{job.job_id}-n{node}", "gpu": gpu, "cause": cause, "slowdown": 0.45,
+            "declared_at": declared,
+        }  # fmt: skip
 
     seen = {
         right.job_id: (onset + 50, row(right, right.fault.node, right.fault.gpu, right.fault.kind)),
@@ -54,3 +59,4 @@ def test_scoring_counts_only_the_right_place_and_cause() -> None:
     assert score["onset_to_api_p50_s"] == 50.0
     assert score["slowdown_error_median"] == 0.1
     assert score["false_alarms_clean_jobs"] == 1
+    assert (score["declared_to_api_p50_s"], score["declared_to_api_max_s"]) == (5.0, 15.0)
