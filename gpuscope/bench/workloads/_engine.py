@@ -166,6 +166,9 @@ class Job:
     background_bytes_s: float = 2e5
     decoys: list[str] = field(default_factory=list)
     params: dict[str, object] = field(default_factory=dict)
+    # What the GPUs' activities read (SM and tensor activity) in the fault state, where the fault changes
+    # it (a GPU stalled on memory keeps its SMs occupied but not its tensor pipes); None: the clean fleet's.
+    fleet_fault: Fleet | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -385,8 +388,13 @@ def render(job: Job) -> Case:
 
     # DCGM profiling gauges: whole-interval averages
     comp = _windowed(job, tl, tau, dt, fault_on, nor)
-    tensor = 100.0 * np.einsum("art,ar->rt", comp, tensor_t)
-    sm = 100.0 * np.einsum("art,ar->rt", comp, sm_t)
+    if job.fleet_fault is None:
+        tensor = 100.0 * np.einsum("art,ar->rt", comp, tensor_t)
+        sm = 100.0 * np.einsum("art,ar->rt", comp, sm_t)
+    else:
+        _, sm_f, tensor_f = value_tables(job.fleet_fault)
+        tensor = 100.0 * by_state(tensor_t, tensor_f, comp)
+        sm = 100.0 * by_state(sm_t, sm_f, comp)
     p_mean = by_state(ec.p_act, ef.p_act, comp)  # the heat the die sheds over the interval
     del comp
     comp = _windowed(job, tl, tau, job.util_window_s, fault_on, nor)
