@@ -63,7 +63,8 @@ class Settings:
     max_traffic_noise: float = 0.1  # ... where its 30 s means vary (relative deviation) by this much at most
     stalled_work: float = 0.5  # a GPU busy longer whose work share rose less than this part of it: stalls
     more_work_power: float = 0.3  # a GPU whose power rose by this part of its work share's rise does more work
-    min_congested_ports: int = 3  # waits risen on this many ports (or on all, where fewer): the fabric's
+    min_congested_ports: int = 3  # waits risen on this many ports, and on half of them at least: the fabric's
+    fabric_persist_s: float = 120.0  # ... declared after this long: a job's own checkpoint writes last less
     min_nvlink_errors: float = 1.0  # NVLink replays, recoveries and CRC errors per second that name a link...
     nvlink_error_rise: float = 10.0  # ... at this many times the GPU's own normal
 
@@ -286,16 +287,21 @@ class JobDetector:
             evidence |= {"link_drop": float(link_drop[port]), "link_gbps": float(link_gbps[port])}
             return self._nic_candidate(port, evidence)
         # Waits name a port only when its peers are quiet: a slow port starves the others of data, not
-        # of credits. Waits risen on many ports at once (or on all, in a small job) are the fabric's,
-        # or another job's on the same switches: no rank inside this job is to blame.
+        # of credits. Waits risen on many ports at once are the fabric's, or another job's on the same
+        # switches: no rank inside this job is to blame. In a job with two ports, both waiting is as
+        # likely one slow peer (a hot expert, a slow NIC) as the fabric: nothing is said.
         wait_rise = self._wait.now / np.maximum(self._wait.base, 1.0)
         port = _argmax(wait_rise)
         peers_quiet = port >= 0 and not _median(np.delete(wait_rise, port)) >= s.min_wait_rise / 2
         if port >= 0 and wait_rise[port] >= s.min_wait_rise and _stands_out(wait_rise, port) and peers_quiet:
             evidence |= {"xmit_wait_ratio": float(wait_rise[port]), "link_gbps": float(link_gbps[port])}
             return self._nic_candidate(port, evidence)
+        # The fabric's only where the job's own bytes per second fell with its steps (a congested path
+        # carries a step's bytes more slowly): waits on every port while the job sends more are its own
+        # writes to storage (a checkpoint), and where traffic is unsteady nothing tells them apart.
         congested = int(np.sum(wait_rise >= s.min_wait_rise))
-        if wait_rise.size >= 2 and congested >= min(s.min_congested_ports, wait_rise.size):
+        throttled = evidence.get("traffic_slowdown", -math.inf) >= 0.5 * slowdown
+        if congested >= max(s.min_congested_ports, wait_rise.size / 2) and throttled:
             evidence |= {"ports_congested": float(congested), "xmit_wait_ratio": _median(wait_rise)}
             return _Candidate((-1, None, None, "fabric"), 0.0, evidence)
         util_drop = self._util.base - self._util.now
@@ -352,6 +358,8 @@ class JobDetector:
         can straddle two of them."""
         s = self.settings
         persist_s = max(s.persist_s, 2 * s.sample_s)
+        if found is not None and found.key[3] == "fabric" and self.active is None:
+            persist_s = max(persist_s, s.fabric_persist_s)
         if self.active is not None:
             same = found is not None and found.key[:3] == (self.active.node, self.active.gpu, self.active.port)
             if same:

@@ -118,17 +118,21 @@ class StragglerWatch:
             self.jobs[job_id] = _Job(cluster, gpus, node_ids, port_ids, detector, cursor)
 
     async def _complete(self, conn: AsyncConnection[Any], now: datetime, gpu_ids: list[int]) -> dict[str, datetime]:
-        """Per job, the end of its complete buckets: the bucket of the oldest latest sample among its
-        GPUs that reported in the last SILENT (a job none of whose GPUs report moves on regardless)."""
+        """Per job, the end of its complete buckets, over its GPUs that reported in the last SILENT (a job
+        none of whose GPUs report moves on regardless). A GPU's bucket is complete once it has a sample
+        in a later one, or once its next sample, at its usual spacing, would fall in a later one: a GPU
+        sampled every 5 s completes its bucket with its one sample, so a declaration is not held back
+        by a whole push interval waiting for the next."""
         cur = await conn.execute(
-            "SELECT gpu_id, max(ts) FROM gpu_sample WHERE ts >= %s AND ts <= %s AND gpu_id = ANY(%s) GROUP BY gpu_id",
+            "SELECT gpu_id, max(ts), extract(epoch FROM max(ts) - min(ts)) / nullif(count(*) - 1, 0)"
+            " FROM gpu_sample WHERE ts >= %s AND ts <= %s AND gpu_id = ANY(%s) GROUP BY gpu_id",
             (now - SILENT, now, gpu_ids),
         )
-        latest: dict[int, datetime] = dict(await cur.fetchall())
+        done: dict[int, datetime] = {gpu: _done(latest, spacing) for gpu, latest, spacing in await cur.fetchall()}
         complete = {}
         for job_id, job in self.jobs.items():
-            reported = [latest[g] for g in job.gpu_ids if g in latest]
-            complete[job_id] = max(job.cursor, _bucket(min(reported) if reported else now - SILENT))
+            reported = [done[g] for g in job.gpu_ids if g in done]
+            complete[job_id] = max(job.cursor, min(reported) if reported else _bucket(now - SILENT))
         return complete
 
     async def _samples(
@@ -180,7 +184,9 @@ class StragglerWatch:
         _follow_traffic(job, sent)
         nvlink = self._nvlink_rates(job.gpu_ids, gpu[6])
         for step in range(gpu.shape[2]):
-            t = first + step * SAMPLE.total_seconds()
+            # A bucket's time to the detector is its end: the time of the last sample in it, as a
+            # sample's own time is the end of the interval it covers.
+            t = first + (step + 1) * SAMPLE.total_seconds()
             job.detector.update(
                 t, activity[:, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], wait[:, step], link[:, step],
                 sent[:, step], sm=gpu[4, :, step] if has_tensor else None, power=gpu[5, :, step],
@@ -340,7 +346,7 @@ def _follow_traffic(job: _Job, sent: np.ndarray) -> None:
     for step in range(sent.shape[1]):
         column = sent[:, step]
         if np.isfinite(column).any():
-            job.sent.append((first + step * SAMPLE.total_seconds(), float(np.nanmean(column))))
+            job.sent.append((first + (step + 1) * SAMPLE.total_seconds(), float(np.nanmean(column))))
 
 
 def _traffic_rise(job: _Job, since_s: float) -> float:
@@ -358,6 +364,17 @@ def _node_id(job: _Job, straggler: Straggler) -> int | None:
 
 def _port_id(job: _Job, straggler: Straggler) -> int | None:
     return None if straggler.port is None else job.port_ids[straggler.port]
+
+
+def _done(latest: datetime, spacing: float | None) -> datetime:
+    """The end of a GPU's complete buckets: past the bucket of its latest sample where the next one, at
+    its usual spacing less a margin for timers' jitter (a fifth of it, half a second at most), falls in
+    a later bucket."""
+    bucket = _bucket(latest)
+    early = None if spacing is None else float(spacing) - min(0.2 * float(spacing), 0.5)
+    if early is not None and latest + timedelta(seconds=early) >= bucket + SAMPLE:
+        return bucket + SAMPLE
+    return bucket
 
 
 def _bucket(at: datetime) -> datetime:

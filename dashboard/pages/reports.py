@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from gpuscope.collector import query
 from gpuscope.collector.query.usage import DIMENSIONS, Dimension, Figures, Rates, UsageReport, UsageRow, usage_report
-from gpuscope.dashboard import html_table, time_ranges
+from gpuscope.dashboard import html_table, straggler_cost, time_ranges
 from gpuscope.dashboard.components import MUTED, banner, guarded, job_href, nothing, query_params, query_string
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import message_figure, plain
@@ -194,6 +194,7 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
             dcc.Graph(id="reports-chart", config={"displaylogo": False}),
             html.Div(id="reports-count", style={"color": MUTED, "margin": "0.4em 0"}),
             html.Div(id="reports-table", className="output"),
+            html.Div(id="reports-stragglers", className="output"),
             dcc.Download(id="reports-download"),
             dcc.Interval(id="reports-refresh", interval=max(ctx.options.refresh_ms, REFRESH_MS)),
         ]
@@ -239,6 +240,15 @@ def register(app: Dash, ctx: Context) -> None:
             return _status(report), headline(report, rates), empty, "", nothing()
         count = f"{len(report.rows)} {BY_WORDS[view.by]}{'' if len(report.rows) == 1 else 's'} · click a header to sort"
         return _status(report), headline(report, rates), chart(report), count, usage_table(view, report, rates)
+
+    @app.callback(
+        Output("reports-stragglers", "children"),
+        Input("reports-refresh", "n_intervals"),
+        Input("url", "search"),
+    )
+    @guarded(lambda message: banner(message, "error"))
+    def stragglers(_: int | None, search: str | None) -> Any:
+        return straggler_cost.section(*straggler_cost.load(ctx.pool, ReportsView.from_search(search).window()))
 
     @app.callback(
         Output("reports-download", "data"),

@@ -87,6 +87,8 @@ def detect(telemetry: Telemetry, job: TrainingJob) -> list[Straggler]:
             wait[:, i],
             telemetry.nic["rate_gbps"][:, i],
             sent[:, i],
+            sm=gpu["sm_active_pct"][:, i],  # as the watch feeds it: how busy, beside the work
+            power=gpu["power_w"][:, i],
         )
     return detector.declared
 

@@ -13,6 +13,14 @@ GPU for a GPU fault, its port for a NIC); recall per target slowdown; latency fr
 for >= 20%; the reported slowdown against the exact one; false alerts per 1,000 clean job-hours.
 Faults the family marks as not localisable from telemetry (a starved host where waits yield) count
 towards recall only when found.
+
+The families of issue 37 (`NEW_FAMILIES`: serving, mixed GPU models, drifting experts, ZeRO-3 offload,
+neighbours, NVLink, elastic restarts) were written by hands that never read the detector, and were first
+run after the detector was frozen: all their seeds are held out. A job slowed by the fabric or by a
+neighbour is found by a finding about the whole job (node -1, cause `fabric`); a declaration naming a
+rank of it is wrong. Independent replicas (serving) have no fault: anything declared on them is a false
+alert, and the share of their cases judged "independent" is reported. Clean job-hours come from the
+clean seeds of 0-63 and from the clean seeds of 64-191 (`CLEAN_EXTRA`), run for false alerts only.
 """
 
 from __future__ import annotations
@@ -23,18 +31,25 @@ from typing import Any
 
 import numpy as np
 
-from gpuscope.bench.workloads import FAMILIES, TARGET_SLOWDOWNS, Case, GroundTruth, generate
+from gpuscope.bench.workloads import FAMILIES, NEW_FAMILIES, TARGET_SLOWDOWNS, Case, GroundTruth, generate
+from gpuscope.bench.workloads._common import design
 from gpuscope.stragglers.detector import JobDetector, Settings, Straggler
 
-UNSEEN = ("moe_fsdp",)  # added after the revision and never looked at: every seed of it is held out
+# Added after a revision and never looked at before it was scored: every seed of them is held out.
+UNSEEN = ("moe_fsdp", *NEW_FAMILIES)
 TUNING = range(0, 16)
 HELD_OUT = range(16, 64)
 ALL = range(0, 64)
+CLEAN_EXTRA = range(64, 192)  # their clean seeds only: false alerts over enough clean job-hours
 GRACE_S = 120.0
 NVLINK_ERRORS = ("nvlink_replay_errors", "nvlink_recovery_errors", "nvlink_crc_errors")
 
 
 def detect(case: Case) -> list[Straggler]:
+    return run_case(case).declared
+
+
+def run_case(case: Case) -> JobDetector:
     node_of = np.arange(case.ranks) // case.gpus_per_node
     detector = JobDetector.for_ranks(node_of, Settings(sample_s=case.sample_s), port_node=case.port_node)
     data = case.telemetry
@@ -57,7 +72,7 @@ def detect(case: Case) -> list[Straggler]:
             power=data["power_w"][:, i],
             nvlink_errors=None if nvlink is None else nvlink[:, i],
         )
-    return detector.declared
+    return detector
 
 
 def _rate(counter: np.ndarray, sample_s: float) -> np.ndarray:
@@ -72,14 +87,21 @@ class Tally:
 
     declared: int = 0
     right: int = 0  # declarations that overlap a fault and name its place
+    caused: int = 0  # ... and its cause
     overlapping: int = 0  # declarations that overlap a fault, at whatever place
+    cases: int = 0
+    independent: int = 0  # cases the detector judged independent (not synchronous) by their end
     clean_hours: float = 0.0
     clean_alerts: int = 0
     found: dict[float, list[int]] = field(default_factory=lambda: {s: [0, 0] for s in TARGET_SLOWDOWNS})
-    latencies: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)  # seconds, at samples of 5 s or less
+    coarse_latencies: list[float] = field(default_factory=list)  # in samples, at coarser sampling
     errors: list[float] = field(default_factory=list)
 
-    def add(self, case: Case, stragglers: list[Straggler]) -> None:
+    def add(self, case: Case, detector: JobDetector) -> None:
+        stragglers = detector.declared
+        self.cases += 1
+        self.independent += detector.model == "independent"
         self.declared += len(stragglers)
         if not case.faults:
             self.clean_hours += case.duration_s / 3600
@@ -91,10 +113,15 @@ class Tally:
             matching = [s for s in overlapping if _names(s, fault)]
             self.overlapping += len(overlapping)
             self.right += len(matching)
+            self.caused += sum(s.cause == fault.kind for s in matching)
             if matching:
                 self.found[target][0] += 1
                 if fault.true_slowdown >= 0.2:
-                    self.latencies.append(min(s.declared_s for s in matching) - fault.onset_s)
+                    latency = min(s.declared_s for s in matching) - fault.onset_s
+                    if case.sample_s <= 5:
+                        self.latencies.append(latency)
+                    else:
+                        self.coarse_latencies.append(latency / case.sample_s)
                 self.errors.append(abs(matching[0].slowdown - fault.true_slowdown) / fault.true_slowdown)
             if matching or fault.localisable:
                 self.found[target][1] += 1
@@ -104,11 +131,15 @@ class Tally:
         return Tally(
             self.declared + other.declared,
             self.right + other.right,
+            self.caused + other.caused,
             self.overlapping + other.overlapping,
+            self.cases + other.cases,
+            self.independent + other.independent,
             self.clean_hours + other.clean_hours,
             self.clean_alerts + other.clean_alerts,
             found,
             self.latencies + other.latencies,
+            self.coarse_latencies + other.coarse_latencies,
             self.errors + other.errors,
         )
 
@@ -119,18 +150,30 @@ class Tally:
             "recall_ge10": round(sum(d for d, _ in big) / max(1, sum(n for _, n in big)), 3),
             **{f"recall_{int(100 * s)}pct": round(d / max(1, n), 3) for s, (d, n) in self.found.items()},
             "localisation": round(self.right / max(1, self.overlapping), 3),
+            "cause_right": round(self.caused / max(1, self.right), 3),
+            # first declared, after onset, for faults of 20% and more: seconds where sampled every 5 s or
+            # less; in samples where sampled less often (issue 37: <= 4 samples and one push)
             "latency_p95_s": round(float(np.percentile(self.latencies, 95)), 1) if self.latencies else None,
+            "latency_p95_samples_coarser": (
+                round(float(np.percentile(self.coarse_latencies, 95)), 1) if self.coarse_latencies else None
+            ),
             "slowdown_error_median": round(statistics.median(self.errors), 3) if self.errors else None,
             "false_alerts_per_1000_job_hours": round(1000 * self.clean_alerts / max(self.clean_hours, 1e-9), 2),
             "clean_job_hours": round(self.clean_hours, 1),
+            "judged_independent": round(self.independent / max(1, self.cases), 3),
         }
 
 
-def tally_family(family: str, seeds: range = HELD_OUT) -> Tally:
+def tally_family(family: str, seeds: range = HELD_OUT, clean_extra: range = range(0)) -> Tally:
     tally = Tally()
     for seed in seeds:
         case = generate(family, seed)
-        tally.add(case, detect(case))
+        tally.add(case, run_case(case))
+    for seed in clean_extra:
+        if design(family, seed) is None or family == "serving":
+            case = generate(family, seed)
+            if not case.faults:
+                tally.add(case, run_case(case))
     return tally
 
 
@@ -141,7 +184,10 @@ def score_family(family: str, seeds: range = HELD_OUT) -> dict[str, Any]:
 def run() -> dict[str, Any]:
     """Per family: held-out seeds, and the seeds looked at while revising, apart; then every family's
     held-out seeds pooled ("overall")."""
-    held_out = {family: tally_family(family, ALL if family in UNSEEN else HELD_OUT) for family in FAMILIES}
+    held_out = {
+        family: tally_family(family, ALL if family in UNSEEN else HELD_OUT, CLEAN_EXTRA)
+        for family in FAMILIES + NEW_FAMILIES
+    }
     report: dict[str, Any] = {
         family: {
             **tally.score(),
@@ -162,5 +208,7 @@ def _overlaps(straggler: Straggler, fault: GroundTruth) -> bool:
 
 
 def _names(straggler: Straggler, fault: GroundTruth) -> bool:
+    if fault.kind == "fabric":  # nobody inside the job: a finding about the whole job
+        return straggler.node == -1 and straggler.cause == "fabric"
     port_named = fault.port is None or straggler.port == fault.port
     return (straggler.node, straggler.gpu) == (fault.node, fault.gpu) and port_named

@@ -58,6 +58,17 @@ def seed(dsn: str) -> None:
             " ended_at) VALUES ('j4', %s, 'ml', %s, %s, %s, %s, %s)",
             (HOSTILE, node, gpu, base + timedelta(minutes=85), *[base + timedelta(minutes=120)] * 2),
         )
+        # What stragglers cost: alice's j1 (one GPU) ran 25% slower for 30 minutes (0.5 h x 0.25 / 1.25 =
+        # 0.1 GPU-h); bob's j2 was slowed 50% by the fabric for 12 minutes (0.2 h x 0.5 / 1.5 = 0.0667).
+        conn.execute(
+            "INSERT INTO straggler (job_id, cluster, node_id, gpu_id, cause, slowdown, started_at, declared_at,"
+            " ended_at) VALUES ('j1', 'c', %s, %s, 'thermal', 0.25, %s, %s, %s),"
+            " ('j2', 'c', NULL, NULL, 'fabric', 0.5, %s, %s, %s)",
+            (
+                node, gpu, base + timedelta(minutes=30), base + timedelta(minutes=31), base + timedelta(minutes=60),
+                base + timedelta(minutes=20), base + timedelta(minutes=22), base + timedelta(minutes=32),
+            ),
+        )  # fmt: skip
 
     async def recompute() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -134,6 +145,21 @@ def test_the_table_is_the_querys_and_hostile_text_stays_text(site: Site, browser
     assert browser.execute_script("return window.pwned") is None
     assert not browser.find_elements("css selector", "#page img")
     screenshot(browser, "reports", whole_page=True)
+    assert console_errors(browser) == []
+
+
+def test_what_stragglers_cost_is_shown_by_job_and_cause(site: Site, browser: Any) -> None:
+    open_page(browser, site.url + "/reports?range=24h")
+    wait_until(browser, lambda: browser.find_elements("id", "reports-stragglers-table"))
+    summary = browser.find_element("id", "reports-stragglers-summary").text
+    assert summary.startswith("0.2 GPU-hours lost in 2 episodes (thermal 0.1, fabric 0.1)"), summary
+    rows = [
+        [td.text for td in tr.find_elements("css selector", "td")]
+        for tr in browser.find_elements("css selector", "#reports-stragglers-table tbody tr")
+    ]
+    assert rows == [["j1", "1", "0.10"], ["j2", "1", "0.07"]]
+    link = browser.find_element("css selector", "#reports-stragglers-table a")
+    assert link.get_attribute("href").endswith("/jobs/j1")
     assert console_errors(browser) == []
 
 

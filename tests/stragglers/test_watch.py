@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from gpuscope.exporter.sim.training import Fault, TrainingJob, simulate
-from gpuscope.stragglers.watch import StragglerWatch
+from gpuscope.stragglers.watch import StragglerWatch, _done
 from tests.processes import RunningCollector
 from tests.stragglers.helpers import HISTORY_S, JOB, between, push, watch
 
@@ -122,3 +122,18 @@ def test_the_watch_follows_a_node_that_pushes_late_instead_of_skipping_its_sampl
     push(collector, between(telemetry, HISTORY_S - 60, HISTORY_S), start, "late-1", nodes=[1])
     watch(collector.dsn, watcher, now)
     assert watcher.jobs["late-1"].cursor >= behind + timedelta(seconds=45)
+
+
+def test_a_bucket_is_complete_for_a_gpu_once_its_next_sample_would_fall_past_it() -> None:
+    bucket = datetime(2026, 11, 28, 12, 0, 5, tzinfo=UTC)
+    after = bucket + timedelta(seconds=5)
+    # Sampled every 5 s: its one sample in the bucket completes it (but for a phase within the
+    # half-second allowed for timers' jitter, where the next might fall in the same bucket).
+    assert _done(bucket + timedelta(seconds=0.6), 5.0) == after
+    assert _done(bucket + timedelta(seconds=4.9), 5.0) == after
+    assert _done(bucket + timedelta(seconds=0.3), 5.0) == bucket
+    # Sampled every second: complete only with the bucket's last sample.
+    assert _done(bucket + timedelta(seconds=2), 1.0) == bucket
+    assert _done(bucket + timedelta(seconds=4.3), 1.0) == after
+    # One sample in the window: no spacing known, so the bucket waits for a later sample.
+    assert _done(bucket + timedelta(seconds=4.9), None) == bucket
