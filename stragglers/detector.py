@@ -14,10 +14,15 @@ stalled host), and each InfiniBand port's transmit waits and link rate.
   first, because the current estimate is a mean: single samples shorter than a step are skewed, and
   their median is not their mean's. The median shrugs off the first minute of a fault before it is
   declared. The slowdown reported is the median of the estimates while active.
+- Only synchronous work is judged (stragglers/synchrony.py): where the job's parts do not keep their
+  shares (independent replicas), nobody waits for anybody and nothing is declared.
 - Evidence is weighed most specific first: a GPU doing more than its share while its clock is held
-  down for a named reason (thermal, power cap), then a port whose link trained down, then a port whose
-  waits rose while its peers' did not, then a starved host, then a GPU over its share for no stated
-  reason.
+  down for a named reason (thermal, power cap), a GPU whose NVLink errors climbed, a port whose link
+  trained down, a port whose waits rose while its peers' did not, a starved host, waits on many ports
+  while the job's bytes fall with its steps (the fabric, or another job: a finding about the whole
+  job, node -1), and last a GPU over its share at normal clocks that does the same work slower (busy
+  longer, its share of the power not risen with its share of the work: `gpu_degraded`); one doing
+  more work at normal clocks (a hot expert) is not blamed.
 - Phases all ranks go through together (checkpoints, evaluation, loader stalls, start-up) are gated out
   on the job's fast average, with a hold-off while it climbs back; traffic that contradicts the
   activity (up while activity is down, or stopped) marks a phase too. Nothing is declared in warm-up.
@@ -258,16 +263,15 @@ class JobDetector:
             evidence["traffic_slowdown"] = traffic
             if not _agree(slowdown, traffic, s.traffic_slack + 3 * noise):
                 return None
-        # A GPU over its share: it works (tensor activity) or is busy (SM activity) for longer while the
-        # others wait for it.
+        # A GPU over its share of the work while its clock is held down for a named reason: a throttled
+        # GPU's tensor activity (cycles over elapsed cycles) rises with the time it computes.
         share_rise = self._share.now / self._share.base - 1
-        with np.errstate(all="ignore"):
-            rise = np.fmax(share_rise, self._busy.now / self._busy.base - 1)
-        rank = _argmax(rise)
-        gpu_found = rank >= 0 and rise[rank] >= s.min_share_rise and _stands_out(rise, rank)
-        cause = self._clock_cause(t, rank) if gpu_found else "gpu_degraded"
-        if gpu_found and cause != "gpu_degraded":
-            return self._gpu_candidate(rank, cause, rise, clock, evidence)
+        rank = _argmax(share_rise)
+        cause = "gpu_degraded"
+        if rank >= 0 and share_rise[rank] >= s.min_share_rise and _stands_out(share_rise, rank):
+            cause = self._clock_cause(t, rank)
+        if cause != "gpu_degraded":
+            return self._gpu_candidate(rank, cause, share_rise, clock, evidence)
         # A degraded NVLink slows its GPU's share of every all-reduce inside the node, so the whole node
         # and then the job wait, while its GPUs look alike: its error counters name it.
         errors, usual = self._nvlink.now, np.nan_to_num(self._nvlink.base)  # never learnt: none usually
@@ -278,7 +282,7 @@ class JobDetector:
             and _stands_out(errors, link_rank)
         ):
             evidence["nvlink_errors_per_s"] = float(errors[link_rank])
-            return self._gpu_candidate(link_rank, "nvlink", rise, clock, evidence)
+            return self._gpu_candidate(link_rank, "nvlink", share_rise, clock, evidence)
         # A link trained to a lower rate names its own port; transmit waits can show on the port that
         # sends into the slow one (credit back-pressure), so they come second.
         link_drop = 1 - self._link.now / self._link.base
@@ -296,20 +300,27 @@ class JobDetector:
         if port >= 0 and wait_rise[port] >= s.min_wait_rise and _stands_out(wait_rise, port) and peers_quiet:
             evidence |= {"xmit_wait_ratio": float(wait_rise[port]), "link_gbps": float(link_gbps[port])}
             return self._nic_candidate(port, evidence)
+        util_drop = self._util.base - self._util.now
+        node = _argmax(util_drop)
+        if node >= 0 and util_drop[node] >= s.min_util_drop and _stands_out(util_drop, node):
+            evidence |= {"util_drop": float(util_drop[node])}
+            return _Candidate((node, None, None, "slow_host"), 0.0, evidence)
         # The fabric's only where the job's own bytes per second fell with its steps (a congested path
         # carries a step's bytes more slowly): waits on every port while the job sends more are its own
         # writes to storage (a checkpoint), and where traffic is unsteady nothing tells them apart.
         congested = int(np.sum(wait_rise >= s.min_wait_rise))
         throttled = evidence.get("traffic_slowdown", -math.inf) >= 0.5 * slowdown
         if congested >= max(s.min_congested_ports, wait_rise.size / 2) and throttled:
-            evidence |= {"ports_congested": float(congested), "xmit_wait_ratio": _median(wait_rise)}
+            evidence |= {"ports_congested": float(congested), "ports_wait_ratio": _median(wait_rise)}
             return _Candidate((-1, None, None, "fabric"), 0.0, evidence)
-        util_drop = self._util.base - self._util.now
-        node = _argmax(util_drop)
-        if node >= 0 and util_drop[node] >= s.min_util_drop and _stands_out(util_drop, node):
-            evidence |= {"util_drop": float(util_drop[node])}
-            return _Candidate((node, None, None, "slow_host"), 0.0, evidence)
-        if gpu_found and self._slower_not_busier(rank, share_rise[rank], rise[rank], evidence):
+        # Last, a GPU over its share at normal clocks: busy (SM activity) or working longer while the
+        # others wait for it, and doing the same work slower rather than more work.
+        with np.errstate(all="ignore"):
+            rise = np.fmax(share_rise, self._busy.now / self._busy.base - 1)
+        rank = _argmax(rise)
+        if rank < 0 or not rise[rank] >= s.min_share_rise or not _stands_out(rise, rank):
+            return None
+        if self._slower_not_busier(rank, share_rise[rank], rise[rank], evidence):
             return self._gpu_candidate(rank, "gpu_degraded", rise, clock, evidence)
         return None
 

@@ -163,7 +163,13 @@ EVIDENCE_WORDS = {
     "link_drop": lambda v: f"link rate down {v:.0%}",
     "link_gbps": lambda v: f"link at {v:.0f} Gbit/s",
     "xmit_wait_ratio": lambda v: f"transmit waits {v:.1f}x their normal while its peers' are not",
-    "util_drop": lambda v: f"node utilisation down {v:.0f} points",
+    "util_drop": lambda v: f"node utilisation down {v:.0%} against its peers'",
+    "busy_rise": lambda v: f"this GPU busy {v:.0%} longer than its share for no more work (stalls)",
+    "power_rise": lambda v: f"its share of the job's power {v:+.0%}: no more work done",
+    "nvlink_errors_per_s": lambda v: f"NVLink replays, recoveries and CRC errors at {v:.1f}/s",
+    "ports_congested": lambda v: f"transmit waits up on {v:.0f} ports at once",
+    "ports_wait_ratio": lambda v: f"waits {v:.1f}x their normal there (median)",
+    "aggressor_traffic_rise": lambda v: f"the job on shared nodes sending {v:.0%} more since",
 }
 
 
