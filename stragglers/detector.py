@@ -70,6 +70,10 @@ class Settings:
     more_work_power: float = 0.3  # a GPU whose power rose by this part of its work share's rise does more work
     min_congested_ports: int = 3  # waits risen on this many ports, and on half of them at least: the fabric's
     fabric_persist_s: float = 120.0  # ... declared after this long: a job's own checkpoint writes last less
+    min_clock_drop: float = 0.03  # a named clock reason blames a GPU whose clock fell this much below its normal
+    # A GPU below this share of the job's work in its normal (a node's GPUs below this share of their peers'
+    # utilisation now) is not doing the job's work (drained, rejoining): nobody waits for it.
+    min_working_share: float = 0.2
     min_nvlink_errors: float = 1.0  # NVLink replays, recoveries and CRC errors per second that name a link...
     nvlink_error_rise: float = 10.0  # ... at this many times the GPU's own normal
 
@@ -130,6 +134,7 @@ class JobDetector:
         self._wait = Signal(fast, blocks, block)  # port's transmit waits per second
         self._link = Signal(fast, blocks, block)  # port's link rate
         self._busy = Signal(fast, blocks, block)  # rank's SM activity / job median, where activity is tensor
+        self._clock = Signal(fast, blocks, block)  # rank's SM clock (MHz)
         self._power = Signal(fast, blocks, block)  # rank's power draw / job median
         self._nvlink = Signal(fast, blocks, block)  # rank's NVLink errors per second (replay, recovery, CRC)
         self._synchrony = Synchrony.for_job(node_of, blocks, block)
@@ -201,6 +206,7 @@ class JobDetector:
             (self._busy, _ratio(sm, _median(sm))),
             (self._power, _ratio(power, _median(power))),
             (self._nvlink, nvlink_errors),
+            (self._clock, clock),
         )
         for signal, values in signals:
             signal.observe(values)
@@ -265,7 +271,8 @@ class JobDetector:
                 return None
         # A GPU over its share of the work while its clock is held down for a named reason: a throttled
         # GPU's tensor activity (cycles over elapsed cycles) rises with the time it computes.
-        share_rise = self._share.now / self._share.base - 1
+        # A GPU that was not working in its normal (a node drained, rejoining) is nobody's straggler.
+        share_rise = _rise(self._share, s.min_working_share)
         rank = _argmax(share_rise)
         cause = "gpu_degraded"
         if rank >= 0 and share_rise[rank] >= s.min_share_rise and _stands_out(share_rise, rank):
@@ -300,7 +307,9 @@ class JobDetector:
         if port >= 0 and wait_rise[port] >= s.min_wait_rise and _stands_out(wait_rise, port) and peers_quiet:
             evidence |= {"xmit_wait_ratio": float(wait_rise[port]), "link_gbps": float(link_gbps[port])}
             return self._nic_candidate(port, evidence)
-        util_drop = self._util.base - self._util.now
+        # A starved host's GPUs idle between steps; a node whose GPUs stopped working altogether has left
+        # the job (drained, an elastic restart without it), and the others do not wait for it.
+        util_drop = np.where(self._util.now >= s.min_working_share, self._util.base - self._util.now, np.nan)
         node = _argmax(util_drop)
         if node >= 0 and util_drop[node] >= s.min_util_drop and _stands_out(util_drop, node):
             evidence |= {"util_drop": float(util_drop[node])}
@@ -315,8 +324,7 @@ class JobDetector:
             return _Candidate((-1, None, None, "fabric"), 0.0, evidence)
         # Last, a GPU over its share at normal clocks: busy (SM activity) or working longer while the
         # others wait for it, and doing the same work slower rather than more work.
-        with np.errstate(all="ignore"):
-            rise = np.fmax(share_rise, self._busy.now / self._busy.base - 1)
+        rise = np.fmax(share_rise, _rise(self._busy, s.min_working_share))
         rank = _argmax(rise)
         if rank < 0 or not rise[rank] >= s.min_share_rise or not _stands_out(rise, rank):
             return None
@@ -342,8 +350,13 @@ class JobDetector:
         return True
 
     def _clock_cause(self, t: float, rank: int) -> str:
-        """thermal or power_cap where the clock was held down for that reason lately, else gpu_degraded."""
-        recent = t - self.settings.fast_s
+        """thermal or power_cap where the clock was held down for that reason lately, and is below its own
+        normal (a healthy GPU that always runs at its power cap shows the reason too, and given more work
+        (a hot expert) is not slow); else gpu_degraded."""
+        s = self.settings
+        recent = t - s.fast_s
+        if not self._clock.now[rank] <= (1 - s.min_clock_drop) * self._clock.base[rank]:
+            return "gpu_degraded"
         if self._thermal_at[rank] >= recent:
             return "thermal"
         if self._power_cap_at[rank] >= recent:
@@ -402,6 +415,12 @@ def _agree(slowdown: float, traffic: float, slack: float) -> bool:
     traffic up while activity is down, or traffic stopped while activity merely fell."""
     ratio = (1 + traffic) / (1 + slowdown)
     return 1 - max(slack, 0.75 * slowdown) <= ratio <= 1 + max(2 * slack, slowdown)
+
+
+def _rise(signal: Signal, floor: float) -> np.ndarray:
+    """How far each element is above its normal (now / normal - 1); NaN where the normal is below `floor`."""
+    with np.errstate(all="ignore"):
+        return np.where(signal.base >= floor, signal.now / signal.base - 1, np.nan)
 
 
 def _ratio(values: np.ndarray, to: float) -> np.ndarray:

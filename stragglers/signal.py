@@ -3,8 +3,6 @@ normal for it."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 
@@ -54,8 +52,20 @@ class Signal:
             self._ring[:, self._next] = np.where(self._count > 0, self._sum / self._count, np.nan)
         self._next = (self._next + 1) % self.blocks
         self._sum[:], self._count[:], self._in_block = 0.0, 0.0, 0
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an element never seen: NaN, as it should
-            self.base = np.nanmedian(self._ring, axis=1)
-            if self.track_spread:
-                self.spread = np.nanmedian(np.abs(self._ring - self.base[:, None]), axis=1) / np.abs(self.base)
+        self.base = nanmedian_rows(self._ring)  # an element never seen: NaN, as it should
+        if self.track_spread:
+            with np.errstate(all="ignore"):
+                self.spread = nanmedian_rows(np.abs(self._ring - self.base[:, None])) / np.abs(self.base)
+
+
+def nanmedian_rows(values: np.ndarray) -> np.ndarray:
+    """np.nanmedian(values, axis=1), NaN for a row with nothing seen, by one sort: NaN sorts last, so a
+    row's median is the middle of its first `count` values. numpy's own takes a masked-array path where
+    a row has a NaN, twenty times slower, and this runs for every signal of every job each block."""
+    ordered = np.sort(values, axis=1)
+    count = np.isfinite(values).sum(axis=1)
+    rows = np.arange(values.shape[0])
+    low, high = np.maximum(count - 1, 0) // 2, count // 2
+    with np.errstate(all="ignore"):
+        middle = (ordered[rows, low] + ordered[rows, high]) / 2
+    return np.where(count > 0, middle, np.nan)

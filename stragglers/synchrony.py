@@ -25,6 +25,8 @@ import warnings
 
 import numpy as np
 
+from gpuscope.stragglers.signal import nanmedian_rows
+
 SYNCHRONOUS = "synchronous"
 INDEPENDENT = "independent"
 UNDECIDED = "undecided"  # not enough healthy running seen yet; judged as synchronous meanwhile
@@ -89,13 +91,13 @@ class Synchrony:
             self._judge()
 
     def _judge(self) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a part never seen, a block all missing
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a block with no part seen: NaN, skipped
             level = np.log(np.maximum(self._ring, 1.0))
-            level -= np.nanmedian(level, axis=1, keepdims=True)
+            level -= nanmedian_rows(level)[:, None]
             own = level - np.nanmean(level, axis=0, keepdims=True)
-            deviation = np.nanmedian(np.abs(own - np.nanmedian(own, axis=1, keepdims=True)), axis=1)
-            wander = float(np.nanmedian(deviation))
+            deviation = nanmedian_rows(np.abs(own - nanmedian_rows(own)[:, None]))
+            wander = float(nanmedian_rows(deviation[None, :])[0])
         if not math.isfinite(wander):
             return
         self.wander = wander
