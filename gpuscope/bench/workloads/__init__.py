@@ -119,7 +119,8 @@ class Case:
 
     def as_telemetry(self) -> Telemetry:
         """The case in the shape of `exporter.sim.training.Telemetry` (its `nic` arrays are per port,
-        which is per node except in the `rail` family, where each node has gpus_per_node ports)."""
+        which is per node except in the `rail` family, where each node has gpus_per_node ports). For the
+        simulator's four fault kinds only: its Fault refuses gpu_degraded, nvlink and fabric."""
         from gpuscope.exporter.sim.training import Fault, Telemetry
 
         faults = [
