@@ -192,7 +192,7 @@ def _straggler_tile(
     active: list[query.StragglerRow], found: list[query.StragglerRow], judged: query.JudgingModel | None
 ) -> html.Div:
     if not found:
-        if judged is not None and judged.model != "synchronous":
+        if judged is not None and judged.model == "independent":
             return _tile("stragglers", "not judged", "stragglers", judged.words)
         how = f"; {judged.words}" if judged is not None else ""
         return _tile("stragglers", "none", "stragglers", f"the detector found none while it ran{how}")

@@ -45,7 +45,7 @@ def test_each_tier_is_dropped_past_its_own_horizon(dsn: str) -> None:
             )
     deleted = run_apply(dsn, Retention())  # 30 / 90 / 730 days
     assert deleted == {"gpu_rollup_1m": 2, "rack_power_1m": 2, "gpu_energy_1m": 2, "gpu_rollup_1h": 1, "event": 1,
-                       "straggler": 0, "usage_1h": 1, "usage_hour": 1}  # fmt: skip
+                       "straggler": 0, "straggler_job_model": 0, "usage_1h": 1, "usage_hour": 1}  # fmt: skip
     with psycopg.connect(dsn) as conn:
 
         def ages(table: str, column: str = "bucket") -> list[int]:
