@@ -21,11 +21,7 @@ class Signal:
         self.now = np.empty(0)
         self.base = np.empty(0)
         self.spread = np.empty(0)  # where tracked: the block means' median absolute deviation / their median
-        self._ring = np.empty((0, blocks))
-        self._next = 0
-        self._sum = np.empty(0)
-        self._count = np.empty(0)
-        self._in_block = 0
+        self._means = BlockMeans(0, blocks, block)
 
     def observe(self, values: np.ndarray) -> None:
         values = values.astype(float)
@@ -33,8 +29,7 @@ class Signal:
             self.now = np.full(values.size, np.nan)
             self.base = np.full(values.size, np.nan)
             self.spread = np.full(values.size, np.nan)
-            self._ring = np.full((values.size, self.blocks), np.nan)
-            self._sum, self._count = np.zeros(values.size), np.zeros(values.size)
+            self._means = BlockMeans(values.size, self.blocks, self.block)
         seen = np.isfinite(values)
         fill_now = ~np.isfinite(self.now) & seen
         self.now[fill_now] = values[fill_now]
@@ -43,19 +38,38 @@ class Signal:
     def learn(self, values: np.ndarray) -> None:
         """Add values already observed to the normal."""
         seen = np.isfinite(values)
-        self._sum[seen] += values[seen]
-        self._count[seen] += 1
-        self._in_block += 1
-        if self._in_block < self.block:
+        if not self._means.add(np.where(seen, values, 0.0), seen):
             return
-        with np.errstate(all="ignore"):
-            self._ring[:, self._next] = np.where(self._count > 0, self._sum / self._count, np.nan)
-        self._next = (self._next + 1) % self.blocks
-        self._sum[:], self._count[:], self._in_block = 0.0, 0.0, 0
-        self.base = nanmedian_rows(self._ring)  # an element never seen: NaN, as it should
+        ring = self._means.ring
+        self.base = nanmedian_rows(ring)  # an element never seen: NaN, as it should
         if self.track_spread:
             with np.errstate(all="ignore"):
-                self.spread = nanmedian_rows(np.abs(self._ring - self.base[:, None])) / np.abs(self.base)
+                self.spread = nanmedian_rows(np.abs(ring - self.base[:, None])) / np.abs(self.base)
+
+
+class BlockMeans:
+    """Per element, the mean of what was added over each block of `block` samples, the last `blocks` of
+    them in `ring` (elements, blocks); NaN for a block in which an element had nothing."""
+
+    def __init__(self, size: int, blocks: int, block: int) -> None:
+        self.block = block
+        self.ring = np.full((size, blocks), np.nan)
+        self.filled = 0  # blocks completed so far
+        self._sum, self._count = np.zeros(size), np.zeros(size)
+        self._in_block = 0
+
+    def add(self, sums: np.ndarray, counts: np.ndarray) -> bool:
+        """One sample's sums and counts per element; True where it completed a block."""
+        self._sum += sums
+        self._count += counts
+        self._in_block += 1
+        if self._in_block < self.block:
+            return False
+        with np.errstate(all="ignore"):
+            self.ring[:, self.filled % self.ring.shape[1]] = np.where(self._count > 0, self._sum / self._count, np.nan)
+        self.filled += 1
+        self._sum[:], self._count[:], self._in_block = 0.0, 0.0, 0
+        return True
 
 
 def nanmedian_rows(values: np.ndarray) -> np.ndarray:

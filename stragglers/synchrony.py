@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 
-from gpuscope.stragglers.signal import nanmedian_rows
+from gpuscope.stragglers.signal import BlockMeans, nanmedian_rows
 
 SYNCHRONOUS = "synchronous"
 INDEPENDENT = "independent"
@@ -49,13 +49,8 @@ class Synchrony:
         Synchronous jobs of every family measured stay under 0.025; independent replicas over 0.04."""
         self.part_of = np.asarray(part_of)
         self.parts = int(self.part_of.max()) + 1 if self.part_of.size else 0
-        self.block, self.first, self.enter, self.leave = block, first, enter, leave
-        self._ring = np.full((self.parts, blocks), np.nan)
-        self._next = 0
-        self._filled = 0
-        self._sum = np.zeros(self.parts)
-        self._count = np.zeros(self.parts)
-        self._in_block = 0
+        self.first, self.enter, self.leave = first, enter, leave
+        self._means = BlockMeans(self.parts, blocks, block)
         self.wander = math.nan
         # Two parts are each other's only peer: nothing tells lock-step from chance, so such a job is
         # taken as what most are (training).
@@ -77,23 +72,15 @@ class Synchrony:
         if self.parts < 3:
             return
         seen = np.isfinite(activity)
-        self._sum += np.bincount(self.part_of[seen], weights=activity[seen], minlength=self.parts)
-        self._count += np.bincount(self.part_of[seen], minlength=self.parts)
-        self._in_block += 1
-        if self._in_block < self.block:
-            return
-        with np.errstate(all="ignore"):
-            self._ring[:, self._next] = np.where(self._count > 0, self._sum / self._count, np.nan)
-        self._next = (self._next + 1) % self._ring.shape[1]
-        self._filled += 1
-        self._sum[:], self._count[:], self._in_block = 0.0, 0.0, 0
-        if self._filled >= MIN_BLOCKS:
+        sums = np.bincount(self.part_of[seen], weights=activity[seen], minlength=self.parts)
+        completed = self._means.add(sums, np.bincount(self.part_of[seen], minlength=self.parts))
+        if completed and self._means.filled >= MIN_BLOCKS:
             self._judge()
 
     def _judge(self) -> None:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a block with no part seen: NaN, skipped
-            level = np.log(np.maximum(self._ring, 1.0))
+            level = np.log(np.maximum(self._means.ring, 1.0))
             level -= nanmedian_rows(level)[:, None]
             own = level - np.nanmean(level, axis=0, keepdims=True)
             deviation = nanmedian_rows(np.abs(own - nanmedian_rows(own)[:, None]))
