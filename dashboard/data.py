@@ -11,6 +11,8 @@ from psycopg_pool import ConnectionPool
 
 from gpuscope.alerts import reads as alert_reads
 from gpuscope.collector import query
+from gpuscope.collector.query.rack_nodes import RackJob, RackNode, rack_nodes
+from gpuscope.collector.query.rack_power import NEAR_BUDGET
 from gpuscope.dashboard import time_ranges
 from gpuscope.dashboard.grid import Grid, choose_level, coarsen, to_grid, with_jobs
 
@@ -24,11 +26,6 @@ OVERVIEW_GPU_ROWS_MAX = 256
 def time_range(range_key: str) -> query.TimeRange:
     """A preset or a custom span (dashboard/time_ranges.py); ValueError in words."""
     return time_ranges.parse(range_key)
-
-
-# A rack drawing this share of its budget is worth a look before it trips: electrical codes hold
-# continuous loads to 80% of a breaker's rating, and a budget is usually that rating already derated.
-NEAR_BUDGET = 0.85
 
 
 @dataclass(frozen=True)
@@ -104,11 +101,17 @@ def rack_loads(power: query.RackPower, budgets_kw: dict[str, float], nameplate_w
     low, never high). Racks with neither reading nor budget are left out."""
     loads = []
     for rack, watts in zip(power.racks, power.watts, strict=True):
-        seen = watts[~np.isnan(watts)]
+        current = current_kw(watts)
         budget = _budget_kw(rack, budgets_kw, nameplate_w)
-        if seen.size and budget:
-            loads.append(RackLoad(rack, float(seen[-2:].max()) / 1000, budget))
+        if current is not None and budget:
+            loads.append(RackLoad(rack, current, budget))
     return loads
+
+
+def current_kw(watts: np.ndarray) -> float | None:
+    """A rack's draw now (rack_loads says why the larger of its two newest readings)."""
+    seen = watts[~np.isnan(watts)]
+    return float(seen[-2:].max()) / 1000 if seen.size else None
 
 
 def load_grid(pool: ConnectionPool[Any], metric: str, range_key: str, level: str) -> Grid:
@@ -161,13 +164,26 @@ def load_power(pool: ConnectionPool[Any], range_key: str, budgets_kw: dict[str, 
     with pool.connection() as conn:
         power = query.rack_power(conn, window, rollup_bucket(conn, window, POWER_MAX_POINTS))
         nameplate = query.rack_nameplate_w(conn)
-    current: list[float | None] = []
-    budgets: list[float | None] = []
-    for rack, watts in zip(power.racks, power.watts, strict=True):
-        seen = watts[~np.isnan(watts)]  # the newest bucket with a reading
-        current.append(float(seen[-1]) / 1000 if seen.size else None)
-        budgets.append(_budget_kw(rack, budgets_kw, nameplate))
+    current = [current_kw(watts) for watts in power.watts]
+    budgets = [_budget_kw(rack, budgets_kw, nameplate) for rack in power.racks]
     return PowerData(power, power.racks, current, budgets)
+
+
+@dataclass(frozen=True)
+class RackView:
+    rack: str  # "cluster/rack"
+    nodes: list[RackNode]
+    jobs: list[RackJob]
+    budget_kw: float | None
+
+
+def load_rack(pool: ConnectionPool[Any], rack: str, budgets_kw: dict[str, float]) -> RackView | None:
+    """One rack's nodes and jobs now; None when no rack of that name ("cluster/rack") is known."""
+    cluster, _, name = rack.partition("/")
+    with pool.connection() as conn:
+        nodes, jobs = rack_nodes(conn, cluster, name)
+        nameplate = query.rack_nameplate_w(conn) if nodes else {}
+    return RackView(rack, nodes, jobs, _budget_kw(rack, budgets_kw, nameplate)) if nodes else None
 
 
 def _budget_kw(rack: str, budgets_kw: dict[str, float], nameplate_w: dict[str, float]) -> float | None:

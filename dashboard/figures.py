@@ -18,6 +18,7 @@ import plotly.io as pio
 
 from gpuscope.collector.query import NicSeries, RackPower, Series
 from gpuscope.collector.query.arrays import nan_to_none
+from gpuscope.collector.query.rack_power import NEAR_BUDGET
 from gpuscope.dashboard.grid import Grid
 from gpuscope.dashboard.scales import SCALES, axis_range, scale_of
 
@@ -114,31 +115,61 @@ def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height
     return go.Figure({"data": [{k: v for k, v in heatmap.items() if v is not None}], "layout": layout})
 
 
+# Each stretch of buckets with readings is its own stack: Plotly draws a stacked trace's missing points as
+# zero, and hours with no data must be a gap, never a cluster at 0 kW. Each rack's traces share a legend
+# entry and a colour; past this many stretches the shortest gaps are closed (the line joins across them).
+POWER_STRETCHES_MAX = 8
+POWER_TRACES_MAX = 400
+
+
 def rack_power_figure(data: RackPower, revision: str) -> go.Figure:
-    """Power per rack over time, stacked: the top line is the whole cluster."""
+    """Power per rack over time, stacked: the top line is the whole cluster; no data is a gap."""
     if not data.racks:
         return message_figure("No power readings in this range yet.")
+    kw = data.watts / 1000.0
+    palette = pio.templates["plotly"].layout.colorway
+    stretches = reported_stretches(
+        ~np.isnan(kw).all(axis=0), max(1, min(POWER_STRETCHES_MAX, POWER_TRACES_MAX // len(data.racks)))
+    )
     figure = go.Figure(
         [
             go.Scatter(
-                x=data.times,
-                y=nan_to_none(watts / 1000.0),
+                x=[data.times[j] for j in columns],
+                y=nan_to_none(watts[columns]),
                 name=plain(rack),
-                mode="lines",
-                stackgroup="racks",
+                legendgroup=f"rack-{i}",
+                showlegend=k == 0,
+                line={"color": palette[i % len(palette)]},
+                mode="lines" if len(columns) > 1 else "lines+markers",  # a lone bucket is a dot
+                stackgroup=f"stretch-{k}",
+                customdata=[rack] * len(columns),  # the rack a click opens (never drawn)
                 hovertemplate="%{fullData.name}<br>%{x}<br>%{y:.1f} kW<extra></extra>",  # the name, escaped
             )
-            for rack, watts in zip(data.racks, data.watts, strict=True)
+            for k, columns in enumerate(stretches)
+            for i, (rack, watts) in enumerate(zip(data.racks, kw, strict=True))
         ]
     )
     figure.update_layout(
         title=f"Power per rack (kW, stacked), {data.bucket_s} s buckets",
+        xaxis={"range": [data.times[0], data.times[-1]]} if data.times else {},
         yaxis={"title": "kW", "rangemode": "tozero"},
         height=380,
         margin={"l": 60, "r": 20, "t": 50, "b": 40},
         uirevision=revision,
     )
     return figure
+
+
+def reported_stretches(reported: np.ndarray, most: int) -> list[np.ndarray]:
+    """The columns with a reading, cut at the `most - 1` longest runs of columns without one."""
+    columns = np.flatnonzero(reported)
+    if columns.size == 0:
+        return []
+    gaps = np.diff(columns) - 1  # empty columns between neighbours
+    cuts = np.flatnonzero(gaps > 0)
+    if cuts.size > most - 1:
+        cuts = np.sort(cuts[np.argsort(-gaps[cuts], kind="stable")[: most - 1]])
+    return np.split(columns, cuts + 1)
 
 
 def budget_figure(racks: list[str], current_kw: list[float | None], budget_kw: list[float | None]) -> go.Figure:
@@ -149,7 +180,7 @@ def budget_figure(racks: list[str], current_kw: list[float | None], budget_kw: l
         "#d32f2f"
         if (c is not None and b and c > b)
         else "#f9a825"
-        if (c is not None and b and c > 0.9 * b)
+        if (c is not None and b and c >= NEAR_BUDGET * b)
         else "#1976d2"
         for c, b in zip(current_kw, budget_kw, strict=True)
     ]
@@ -160,6 +191,7 @@ def budget_figure(racks: list[str], current_kw: list[float | None], budget_kw: l
                 y=current_kw,
                 name="now",
                 marker_color=colours,
+                customdata=racks,  # the rack a click opens (never drawn)
                 hovertemplate="%{x}<br>%{y:.1f} kW now<extra></extra>",
             ),
             go.Scatter(
