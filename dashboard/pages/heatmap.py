@@ -1,5 +1,9 @@
-"""Utilisation heatmap (/heatmap): GPUs grouped by rack and node on y, time on x; metric, range and
-row level in the URL; a click on a cell opens that node's page (its GPU, when rows are GPUs)."""
+"""Activity heatmap (/heatmap): GPUs grouped by rack and node on y, time on x; metric, range and row
+level in the URL; a click on a cell opens that node's page (its GPU, when rows are GPUs).
+
+It opens on SM activity, as the overview does: utilisation counts a rank spinning in NCCL as busy, so a
+straggler's waiting peers hide in it. SM clock shows throttling (a node's row is its slowest GPU). A
+metric, range or level the page does not know is named in a message, never silently replaced."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import hashlib
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from gpuscope.dashboard import data, time_ranges
@@ -16,7 +21,18 @@ from gpuscope.dashboard.figures import METRICS, heatmap_figure, message_figure, 
 from gpuscope.dashboard.grid import Grid
 
 TITLE = "Heatmap"
-HEATMAP_METRICS = ("util_pct", "sm_active_pct", "tensor_active_pct", "temp_c", "power_w", "fb_used_bytes")
+HEATMAP_METRICS = (
+    "sm_active_pct",
+    "util_pct",
+    "tensor_active_pct",
+    "sm_clock_mhz",
+    "temp_c",
+    "power_w",
+    "fb_used_bytes",
+)
+DEFAULT_METRIC = "sm_active_pct"  # the overview's too (dashboard/data.py OVERVIEW_METRIC)
+FALLBACK_METRIC = "util_pct"  # GPUs without SM activity (no DCGM profiling) report only utilisation
+DEFAULT_RANGE = "1h"
 LEVELS = {"auto": "auto", "gpu": "GPUs", "node": "nodes", "rack": "racks"}
 
 
@@ -25,14 +41,11 @@ def match(pathname: str) -> dict[str, str] | None:
 
 
 def layout(ctx: Context, search: str, **_: str) -> html.Div:
-    params = query_params(search)
-    metric = params.get("metric") if params.get("metric") in HEATMAP_METRICS else "util_pct"
-    range_key = params.get("range") or "1h"
-    range_key = range_key if time_ranges.valid(range_key) else "1h"
-    level = params.get("level") if params.get("level") in LEVELS else "auto"
+    metric, range_key, level, unknown = view_params(query_params(search))
     return html.Div(
         [
             html.H2("Heatmap"),
+            html.Div([banner(text, "error") for text in unknown], id="heatmap-params"),
             html.Div(
                 [
                     dcc.Dropdown(
@@ -60,6 +73,29 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
     )
 
 
+def view_params(params: dict[str, str]) -> tuple[str, str, str, list[str]]:
+    """The metric, range and level the URL asks for, with what the page will show instead of any it
+    does not know, in words."""
+    unknown = []
+    metric = params.get("metric", DEFAULT_METRIC)
+    if metric not in HEATMAP_METRICS:
+        unknown.append(
+            f"Unknown metric {metric!r}: showing {METRICS[DEFAULT_METRIC]} (one of {', '.join(HEATMAP_METRICS)})."
+        )
+        metric = DEFAULT_METRIC
+    range_key = params.get("range", DEFAULT_RANGE)
+    try:
+        time_ranges.parse(range_key)
+    except ValueError as exc:
+        unknown.append(f"{str(exc)[:1].upper()}{str(exc)[1:]}; showing the last {DEFAULT_RANGE}.")
+        range_key = DEFAULT_RANGE
+    level = params.get("level", "auto")
+    if level not in LEVELS:
+        unknown.append(f"Unknown level {level!r}: showing auto (one of {', '.join(LEVELS)}).")
+        level = "auto"
+    return metric, range_key, level, unknown
+
+
 def register(app: Dash, ctx: Context) -> None:
     time_ranges.register(app, "heatmap-range")
 
@@ -79,6 +115,10 @@ def register(app: Dash, ctx: Context) -> None:
     def refresh(_: int | None, metric: str, range_key: str, level: str) -> tuple[Any, ...]:
         grid = data.load_grid(ctx.pool, metric, range_key, level)
         notes = []
+        if metric == DEFAULT_METRIC and grid.rows and not np.isfinite(grid.values).any():
+            grid = data.load_grid(ctx.pool, FALLBACK_METRIC, range_key, level)
+            metric = FALLBACK_METRIC
+            notes.append(banner("No GPU here reports SM activity (no DCGM profiling): showing utilisation."))
         if level not in ("auto", grid.level):
             notes.append(banner(f"{LEVELS[level]} would exceed the cell budget here: showing {LEVELS[grid.level]}."))
         # The revision changes with the view, so zoom survives refreshes but not a new question.
