@@ -54,7 +54,7 @@ def test_rack_power_figure_in_kilowatts() -> None:
     )
     figure = rack_power_figure(data, revision="6h")
     assert [trace.name for trace in figure.data] == ["c/rack-0", "c/rack-1"]
-    assert {trace.stackgroup for trace in figure.data} == {"racks"}, "stacked: the top line is the cluster"
+    assert {trace.stackgroup for trace in figure.data} == {"stretch-0"}, "stacked: the top line is the cluster"
     assert list(figure.data[0].y) == [5.6, None]
     assert figure.layout.uirevision == "6h"
 
