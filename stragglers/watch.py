@@ -216,9 +216,8 @@ class StragglerWatch:
             if key not in job.stored:
                 job.stored[key] = await self._insert(conn, job_id, job, straggler)
                 log.warning(
-                    "straggler in job %s: node %s gpu %s port %s, %s, job %.0f%% slower",
-                    job_id, _node_id(job, straggler) or "(none: the whole job)", straggler.gpu,
-                    _port_id(job, straggler), straggler.cause, 100 * straggler.slowdown,
+                    "straggler in job %s: %s, %s, job %.0f%% slower",
+                    job_id, await _culprit(conn, job, straggler), straggler.cause, 100 * straggler.slowdown,
                 )  # fmt: skip
             else:
                 await conn.execute(
@@ -364,6 +363,23 @@ def _node_id(job: _Job, straggler: Straggler) -> int | None:
 
 def _port_id(job: _Job, straggler: Straggler) -> int | None:
     return None if straggler.port is None else job.port_ids[straggler.port]
+
+
+async def _culprit(conn: AsyncConnection[Any], job: _Job, straggler: Straggler) -> str:
+    """Where, in the words the pages use: "node-005 GPU 5", "node-005 NIC mlx5_2 port 1", "node-005", or
+    "the whole job" (a fabric finding). Read once per declaration, so never in the cycle's hot path."""
+    node_id = _node_id(job, straggler)
+    if node_id is None:
+        return "the whole job"
+    cur = await conn.execute(
+        "SELECT n.name, p.device, p.port FROM node n LEFT JOIN ib_port p ON p.port_id = %s WHERE n.node_id = %s",
+        (_port_id(job, straggler), node_id),
+    )
+    row = await cur.fetchone()
+    name, device, port = row if row else (f"node id {node_id}", None, None)
+    if straggler.gpu is not None:
+        return f"{name} GPU {straggler.gpu}"
+    return f"{name} NIC {device} port {port}" if device is not None else str(name)
 
 
 def _done(latest: datetime, spacing: float | None) -> datetime:

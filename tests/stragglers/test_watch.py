@@ -4,6 +4,7 @@ with the right job, GPU, cause and interval; nothing for a clean job, nothing tw
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -28,9 +29,14 @@ def pushed(collector: RunningCollector) -> datetime:
     return datetime.fromtimestamp(start + HISTORY_S + 20, UTC)
 
 
-def test_straggler_is_found_stored_and_ended(collector: RunningCollector, pushed: datetime) -> None:
+def test_straggler_is_found_stored_and_ended(
+    collector: RunningCollector, pushed: datetime, caplog: pytest.LogCaptureFixture
+) -> None:
     watcher = StragglerWatch()
-    watch(collector.dsn, watcher, pushed)
+    with caplog.at_level(logging.WARNING, "gpuscope.stragglers.watch"):
+        watch(collector.dsn, watcher, pushed)
+    # The log names the culprit as the pages do, not by the store's ids ("node 12 gpu 2 port None").
+    assert "straggler in job train-1: train-1-n1 GPU 2, thermal, job " in caplog.text
     with psycopg.connect(collector.dsn) as conn:
         rows = conn.execute(
             "SELECT s.job_id, g.uuid, s.cause, s.slowdown, s.started_at, s.declared_at, s.ended_at"
