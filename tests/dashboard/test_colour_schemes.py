@@ -20,10 +20,12 @@ PAGES = {  # screenshot name: path
     "overview": "/",
     "heatmap": "/heatmap",
     "power": "/power",
+    "rack": "/power?rack=c/r1",
     "jobs": "/jobs",
     "job": "/jobs/train-7",
     "node": "/node/gpu-a02?gpu=2",
     "health": "/health",
+    "reports": "/reports",
     "alerts": "/alerts",
     "search": "/search?q=gpu-b",
 }
