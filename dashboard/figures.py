@@ -7,9 +7,11 @@ fills `%{...}` in hover templates; names come from exporters, the scheduler and 
 
 from __future__ import annotations
 
+import bisect
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from gpuscope.collector.query import NicSeries, RackPower, Series
 from gpuscope.collector.query.arrays import nan_to_none
 from gpuscope.collector.query.rack_power import NEAR_BUDGET
 from gpuscope.dashboard.grid import Grid
+from gpuscope.dashboard.node_colours import gpu_line
 from gpuscope.dashboard.scales import SCALES, axis_range, scale_of
 
 METRICS = {metric: scale.title for metric, scale in SCALES.items()}
@@ -54,10 +57,13 @@ def unplain(text: str) -> str:
 
 @dataclass(frozen=True)
 class Mark:
-    """A row to point out on a heatmap (a straggler), with what to say about it."""
+    """A row to point out on a heatmap (a straggler), with what to say about it; with a start, only its
+    cells from then to `end` (None: to the newest, while it lasts), else the whole row."""
 
     row: int
     text: str
+    start: datetime | None = None
+    end: datetime | None = None
 
 
 def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height: int | None = None) -> go.Figure:
@@ -79,10 +85,12 @@ def heatmap_figure(grid: Grid, revision: str, marks: Sequence[Mark] = (), height
     ]  # fmt: skip
     annotations = []
     for mark in marks:
-        y = top - mark.row
-        shapes.append({"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": y - 0.5, "y1": y + 0.5,
+        y, span = top - mark.row, _mark_span(grid, mark)
+        if span is None:
+            continue  # over before the first cell shown
+        shapes.append({"type": "rect", **span, "y0": y - 0.5, "y1": y + 0.5,
                        "line": {"color": "#d32f2f", "width": 3}, "fillcolor": "rgba(0,0,0,0)"})  # fmt: skip
-        annotations.append({"xref": "paper", "x": 1, "xanchor": "right", "y": y, "text": plain(mark.text),
+        annotations.append({**_mark_label(grid, span), "y": y, "text": plain(mark.text),
                             "showarrow": False, "font": {"color": "white"}, "bgcolor": "#d32f2f"})  # fmt: skip
     heatmap = {
         "type": "heatmap",
@@ -128,9 +136,8 @@ def rack_power_figure(data: RackPower, revision: str) -> go.Figure:
         return message_figure("No power readings in this range yet.")
     kw = data.watts / 1000.0
     palette = pio.templates["plotly"].layout.colorway
-    stretches = reported_stretches(
-        ~np.isnan(kw).all(axis=0), max(1, min(POWER_STRETCHES_MAX, POWER_TRACES_MAX // len(data.racks)))
-    )
+    reported = np.asarray(~np.isnan(kw).all(axis=0))
+    stretches = reported_stretches(reported, max(1, min(POWER_STRETCHES_MAX, POWER_TRACES_MAX // len(data.racks))))
     figure = go.Figure(
         [
             go.Scatter(
@@ -255,6 +262,7 @@ def series_figure(
             trace = {"type": "scatter", "mode": "lines", "x": data.times,
                      "y": values.astype(np.float32), "xaxis": "x", "yaxis": axis,
                      "name": name, "legendgroup": name, "showlegend": panel == 1,
+                     "line": gpu_line(row.gpu_index),  # its colour on every panel, not the trace order's
                      "hovertemplate": f"{name}<br>{hover}"}  # fmt: skip
             if jobs is not None:
                 trace["customdata"] = job_words(jobs[i])
@@ -345,6 +353,32 @@ def message_figure(text: str) -> go.Figure:
         ],
     )
     return figure
+
+
+def _mark_span(grid: Grid, mark: Mark) -> dict[str, Any] | None:
+    """The x extent of a mark's box: the whole row, or edge to edge of the cells from its start's to its
+    end's (a heatmap cell is drawn centred on its bucket's start); None: it ended before the first cell."""
+    if mark.start is None or not grid.times:
+        return {"xref": "paper", "x0": 0, "x1": 1}
+    half = timedelta(seconds=grid.bucket_s / 2)
+    if mark.end is not None and mark.end < grid.times[0]:
+        return None
+
+    def cell(t: datetime) -> datetime:  # the bucket holding t, clamped to the cells shown
+        return grid.times[min(max(bisect.bisect_right(grid.times, t) - 1, 0), len(grid.times) - 1)]
+
+    last = grid.times[-1] if mark.end is None else cell(mark.end)
+    return {"xref": "x", "x0": cell(mark.start) - half, "x1": last + half}
+
+
+def _mark_label(grid: Grid, span: dict[str, Any]) -> dict[str, Any]:
+    """Where a mark's words go: inside its box, at the end that leaves them room."""
+    if span["xref"] == "paper":
+        return {"xref": "paper", "x": 1, "xanchor": "right"}
+    middle = grid.times[0] + (grid.times[-1] - grid.times[0]) / 2
+    if span["x1"] > middle:
+        return {"xref": "x", "x": span["x1"], "xanchor": "right"}
+    return {"xref": "x", "x": span["x0"], "xanchor": "left"}
 
 
 def _rack_boundaries(grid: Grid) -> list[int]:

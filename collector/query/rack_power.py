@@ -12,7 +12,6 @@ from psycopg import Connection, sql
 from gpuscope.collector.query.cells import cells_query, rollup_splits
 from gpuscope.collector.query.timerange import EPOCH, TimeRange
 
-
 # A rack drawing this share of its budget is worth a look before it trips: electrical codes hold
 # continuous loads to 80% of a breaker's rating, and a budget is usually that rating already derated.
 # The one threshold: the overview's "near budget", the power page's colours and the shipped alert rule.

@@ -44,16 +44,9 @@ def _load(collector: RunningCollector) -> None:
             origin = Origin("pw", rack, name, "nvml", str(uuid.uuid4()))
             gpus = [GpuIdentity(i, f"GPU-{uuid.uuid4()}", "NVIDIA H100", f"00:{i:02x}") for i in range(4)]
             jobs = {g.index: JobInfo(JOB[0], JOB[1]) for g in gpus} if name == JOB[2] else {}
-            snapshots = [
-                Snapshot(
-                    now + t,
-                    tuple(GpuReading(g, True, {"util_pct": 50.0, "power_w": WATTS[name], "power_limit_w": 700.0})
-                          for g in gpus),
-                    (),
-                    jobs=jobs,
-                )  # fmt: skip
-                for t in range(-HISTORY_S, 1, STEP_S)
-            ]
+            values = {"util_pct": 50.0, "power_w": WATTS[name], "power_limit_w": 700.0}
+            readings = tuple(GpuReading(g, True, values) for g in gpus)
+            snapshots = [Snapshot(now + t, readings, (), jobs=jobs) for t in range(-HISTORY_S, 1, STEP_S)]
             for seq, first in enumerate(range(0, len(snapshots), 40)):
                 push_binary(collector, origin, seq, snapshots[first : first + 40])
 
@@ -67,9 +60,7 @@ def test_hours_before_any_data_are_a_gap_never_zero(dashboard: str, browser: Any
         xs = [datetime.fromisoformat(x).replace(tzinfo=UTC).timestamp() for x in trace["x"]]
         assert min(xs) >= first_reading, f"{trace['name']} is drawn before any reading"
         assert all(y is not None and y > 0 for y in trace["y"]), "no point of a stack is drawn as 0 kW"
-    axis = browser.execute_script(
-        "return document.querySelector('#power-stacked .js-plotly-plot').layout.xaxis.range"
-    )
+    axis = browser.execute_script("return document.querySelector('#power-stacked .js-plotly-plot').layout.xaxis.range")
     shown = [datetime.fromisoformat(x.replace(" ", "T")).replace(tzinfo=UTC).timestamp() for x in axis]
     assert shown[1] - shown[0] > 5 * 3600, "the axis still spans the range asked: the empty hours show as empty"
     screenshot(browser, "power-6h-gap")
@@ -88,7 +79,7 @@ def test_a_click_on_a_racks_bar_opens_its_nodes_and_jobs(dashboard: str, browser
     assert view.find_element("tag name", "h3").text.startswith("Rack pw/rack-1 now: 3.6 kW of its 5.6 kW budget")
     rows = [r.text for r in view.find_elements("css selector", "#rack-nodes tbody tr")]
     assert [r.split()[0] for r in rows] == ["pw-a1", "pw-a2"], "the hungriest node first"
-    assert "2.40" in rows[0] and JOB[0] in rows[0] and "-" == rows[1].split()[-1]
+    assert "2.40" in rows[0] and JOB[0] in rows[0] and rows[1].split()[-1] == "-"
     job_link = view.find_element("css selector", "#rack-jobs a")
     assert job_link.text == JOB[0] and job_link.get_attribute("href").endswith(f"/jobs/{JOB[0]}")
     node_link = view.find_element("css selector", "#rack-nodes a")
