@@ -28,6 +28,8 @@ def node_json(node: query.NodeHealth) -> dict[str, Any]:
         "since": node.since,
         "reason": node.reason,
         "held_by": node.held_by,
+        # A dry run's drain, recorded and not run ({"at", "detail"}): the node is still in service.
+        "would_drain": asdict(node.would_drain) if node.would_drain else None,
         "gpus": [asdict(g) for g in node.gpus],
         "evidence": [
             {"at": e.at, "kind": e.kind, "gpu": e.gpu, "code": e.code, "severity": e.severity, "action": e.action,
@@ -42,11 +44,13 @@ def get_nodes(
     pool: ReadPoolDep,
     cluster: Annotated[str | None, Query(max_length=200)] = None,
     state: StateName | None = None,
+    node: Annotated[str | None, Query(max_length=200, description="only nodes of this name, in any cluster")] = None,
 ) -> list[dict[str, Any]]:
     """Every node with its state, since when and why, its GPUs' states and the evidence of its current
-    episode (since it was last healthy), the least healthy first."""
+    episode (since it was last healthy), the least healthy first. `would_drain`: the drain a dry run
+    recorded for an unhealthy node and did not run."""
     with pool.connection() as conn:
-        return [node_json(n) for n in query.health_nodes(conn, cluster, state)]
+        return [node_json(n) for n in query.health_nodes(conn, cluster, state, node=node)]
 
 
 @router.get("/transitions", dependencies=[Depends(require_read_token)])

@@ -1,5 +1,6 @@
 """`gpuscope health ...`: the fleet's health through a collector's API: nodes by state with their evidence,
-the audit trail, and holds (an operator's word the health loop obeys)."""
+the audit trail, and holds (an operator's word the health loop obeys). Bad input is refused here, in one
+line, before the collector is asked."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
+from gpuscope.health.model import State
 
-STATES = ("healthy", "suspect", "unhealthy", "drained", "validating")
+STATES = tuple(str(state) for state in State)
+HELD = "held"  # not a state: nodes an operator holds, whatever their state
+MAX_MINUTES = 800 * 24 * 60  # the API's longest range (MAX_RANGE, collector/api/params.py)
 
 
 def add_parser(commands: Any) -> None:
@@ -19,15 +23,15 @@ def add_parser(commands: Any) -> None:
     sub = health.add_subparsers(dest="health_command", required=True, metavar="ACTION")
     status = sub.add_parser("status", help="nodes by state, the least healthy first, with their evidence")
     status.add_argument("--cluster", help="only this cluster's nodes")
-    status.add_argument("--state", choices=STATES, help="only nodes in this state")
+    status.add_argument("--state", choices=(*STATES, HELD), help="only nodes in this state, or held by an operator")
     status.add_argument("--all", action="store_true", help="list healthy nodes too (default: the others only)")
     history = sub.add_parser("history", help="the audit trail: transitions and scheduler actions")
-    history.add_argument("--minutes", type=int, default=24 * 60, help="how far back (default 1440: a day)")
+    history.add_argument("--minutes", type=_minutes, default=24 * 60, help="how far back (default 1440: a day)")
     hold = sub.add_parser("hold", help="hold a node: gpuscope neither drains nor resumes it")
     release = sub.add_parser("release", help="lift a hold")
     for p in (hold, release):
         p.add_argument("node", help="the node's name")
-        p.add_argument("--cluster", default="default", help="its cluster (default: default)")
+        p.add_argument("--cluster", help="its cluster (default: the one cluster that has a node of this name)")
     hold.add_argument("--by", required=True, help="who holds it (shown with the node)")
     hold.add_argument("--reason", default="", help="why")
     for p in (status, history, hold, release):
@@ -37,13 +41,30 @@ def add_parser(commands: Any) -> None:
         p.set_defaults(run=_run)
 
 
+def _minutes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of minutes, got {text!r}") from None
+    if not 1 <= value <= MAX_MINUTES:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_MINUTES} (800 days), got {value}")
+    return value
+
+
 def _run(args: argparse.Namespace) -> int:
     base = args.collector.rstrip("/") + "/api/v1/health"
     with collector_client(args.collector, args.token_file, timeout_s=30) as client:
+        if args.health_command in ("hold", "release") and args.cluster is None:
+            found = client.get(f"{base}/nodes", params={"node": args.node})
+            if refused(found):
+                return 1
+            args.cluster = _only_cluster(args.node, found.json())
         answers = _ask(client, base, args)
     if any(refused(r) for r in answers):
         return 1
     bodies = [r.json() for r in answers]
+    if args.health_command == "status" and args.state == HELD:
+        bodies[0] = [n for n in bodies[0] if n["held_by"]]
     if args.json:
         print(json.dumps(bodies[0] if len(bodies) == 1 else {"transitions": bodies[0], "actions": bodies[1]}, indent=2))
     else:
@@ -51,9 +72,20 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _only_cluster(node: str, nodes: list[dict[str, Any]]) -> str:
+    """The cluster of the one node of this name; an error in words where none or several have it."""
+    clusters = sorted({n["cluster"] for n in nodes if n["node"] == node})
+    if not clusters:
+        raise ValueError(f"no node {node!r} in any cluster the collector knows")
+    if len(clusters) > 1:
+        raise ValueError(f"node {node!r} is in clusters {', '.join(clusters)}: say which with --cluster")
+    return clusters[0]
+
+
 def _ask(client: Any, base: str, args: argparse.Namespace) -> list[Any]:
     if args.health_command == "status":
-        params = {k: v for k, v in (("cluster", args.cluster), ("state", args.state)) if v}
+        state = None if args.state == HELD else args.state
+        params = {k: v for k, v in (("cluster", args.cluster), ("state", state)) if v}
         return [client.get(f"{base}/nodes", params=params)]
     if args.health_command == "history":
         span = {"minutes": args.minutes}
@@ -70,19 +102,32 @@ def _words(args: argparse.Namespace, bodies: list[Any]) -> str:
         counts: dict[str, int] = {}
         for node in bodies[0]:
             counts[node["state"]] = counts.get(node["state"], 0) + 1
-        lines = ["  ".join(f"{state}: {counts.get(state, 0)}" for state in STATES)]
+        counts[HELD] = sum(1 for node in bodies[0] if node["held_by"])
+        lines = ["  ".join(f"{state}: {counts.get(state, 0)}" for state in (*STATES, HELD))]
         for node in nodes:
             held = f"  [held: {node['held_by']}]" if node["held_by"] else ""
-            lines.append(f"{node['cluster']}/{node['node']}  {node['state']} since {node['since'] or '-'}{held}")
+            would = "  [dry run: would drain, nothing drained]" if node.get("would_drain") else ""
+            since = node["since"] or "-"
+            lines.append(f"{node['cluster']}/{node['node']}  {node['state']} since {since}{held}{would}")
             if node["reason"]:
                 lines.append(f"    {node['reason']}")
             lines += [f"    {e['at']}  {e['severity']:<9} {e['detail']}" for e in node["evidence"][:5]]
         return "\n".join(lines)
     if args.health_command == "history":
-        lines = [f"{t['at']}  {t['cluster']}/{t['node']}  {t['from']} -> {t['to']}  ({t['actor']}): {t['reason']}"
-                 for t in bodies[0]]  # fmt: skip
-        lines += [f"{a['at']}  {a['cluster']}/{a['node']}  {a['action']}"
-                  f"{' (dry run)' if a['dry_run'] else ''}: {a['detail']}" for a in bodies[1]]  # fmt: skip
-        return "\n".join(lines) or "nothing happened in this range"
+        return _history(args.minutes, bodies[0], bodies[1])
     body = bodies[0]
     return f"{body['cluster']}/{body['node']}: " + (f"held by {body['held_by']}" if body["held_by"] else "hold lifted")
+
+
+def _history(minutes: int, transitions: list[dict[str, Any]], actions: list[dict[str, Any]]) -> str:
+    """The two parts of the audit trail, each under a heading that says what it is."""
+    if not transitions and not actions:
+        return f"nothing happened in the last {minutes} min"
+    lines = [f"Transitions (state changes), newest first: {len(transitions)}"]
+    lines += [f"  {t['at']}  {t['cluster']}/{t['node']}  {t['from']} -> {t['to']}  ({t['actor']}): {t['reason']}"
+              for t in transitions] or ["  none"]  # fmt: skip
+    lines.append(f"Scheduler actions (drains, resumes, validations, refusals, holds), newest first: {len(actions)}")
+    lines += [f"  {a['at']}  {a['cluster']}/{a['node']}  {a['action']}"
+              f"{' (dry run: not run)' if a['dry_run'] else ''}: {a['detail']}"
+              for a in actions] or ["  none"]  # fmt: skip
+    return "\n".join(lines)

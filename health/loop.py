@@ -11,7 +11,11 @@ resumes them through the scheduler, within the site's policy (health/policy.py).
 An operator has the last word: a node resumed by hand in the scheduler is healthy again (gpuscope does
 not drain it again for the evidence it had, only for new evidence), a node drained by hand with another
 reason is held (never resumed by gpuscope), and a hold set through gpuscope stops every action on it.
-In dry run every state is walked and every command recorded, none run."""
+
+A dry run records what it would do and changes no state that counts: a node it would drain stays
+unhealthy (nothing took it out of service, so the guard rails do not count it and nothing says
+"drained"), its drain is recorded as one that would have run, and it returns to healthy as a drained node
+would (quiet, every GPU up, the site's check passed), with the resume recorded as not run."""
 
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ LOOKBACK = timedelta(minutes=15)  # evidence looked for at a (re)start: what hap
 OVERLAP = timedelta(seconds=60)
 HELD_BY_SCHEDULER = "scheduler: "  # a hold gpuscope inferred from the scheduler, lifted by it too
 WAITING = " | waiting: "  # a drained node's reason, then what keeps it from validation
+WOULD_DRAIN = "would drain (dry run: nothing drained): "  # a dry run's unhealthy node, its drain recorded
 LOCK_KEY = 0x67706865616C7468  # "gphealth": the one active health loop across collector replicas
 
 
@@ -71,6 +76,7 @@ class HealthLoop:
         self._fleet = 0
         self._drains = 0  # in the last hour
         self._jobs: dict[int, list[tuple[str, str | None]]] = {}
+        self._would_drain: dict[int, datetime] = {}  # dry run: nodes whose drain is recorded -> last acted on
 
     @property
     def live(self) -> bool:
@@ -96,6 +102,7 @@ class HealthLoop:
         self._fleet = len(rows)
         self._jobs = await store.running_jobs(conn, watched)
         self._drains = await store.drains_since(conn, now - timedelta(hours=1))
+        self._would_drain = {} if self.live else await store.dry_run_drains(conn, watched)
         for node_id in watched:
             node = _Node(rows[node_id], by_node.get(node_id, []), summaries.get(node_id), seen.get(rows[node_id].name))
             await self._judge(conn, node, now, report)
@@ -143,6 +150,8 @@ class HealthLoop:
         if worst == Severity.UNHEALTHY and state in (State.HEALTHY, State.SUSPECT, State.VALIDATING):
             self._cancel_validation(node.row.node_id)
             return await self._move(conn, node, State.UNHEALTHY, words, now, report)
+        if state == State.UNHEALTHY:
+            self._cancel_validation(node.row.node_id)  # a dry run's check of a node not quiet after all
         if state == State.VALIDATING:
             self._cancel_validation(node.row.node_id)
             return await self._move(conn, node, State.DRAINED, f"new evidence while validating: {words}", now, report)
@@ -179,6 +188,9 @@ class HealthLoop:
         if row.held_by:
             await self._say(conn, row, f"held ({row.held_by}): gpuscope takes no action", row.held_by)
             return
+        if row.node_id in self._would_drain:
+            await self._dry_run_return(conn, node, now, report)
+            return
         refusal = self._refusal(row)
         if refusal is not None:
             if row.reason != refusal:  # once per reason, not every cycle
@@ -190,26 +202,75 @@ class HealthLoop:
             return
         cause = node.summary.worst if node.summary else row.reason
         reason = REASON_PREFIX + cause
-        jobs = self._jobs.get(row.node_id, [])
-        affected = f"; {len(jobs)} job{'s' if len(jobs) != 1 else ''} affected" if jobs else ""
         if not self.live:
+            # Recorded, not done: the node stays unhealthy and in service, and no guard rail counts it.
             command = self.scheduler.command("drain", row.name, reason) if self.scheduler else "no scheduler configured"
             await store.record_action(
                 conn, now, row.node_id, "drain", self._scheduler_name, True, None, f"would run: {command}"
             )
-            await self._move(conn, node, State.DRAINED, f"{cause}{affected} (dry run: nothing drained)", now, report)
-        else:
-            assert self.scheduler is not None
-            outcome = await self.scheduler.drain(row.name, reason)
-            await store.record_action(
-                conn, now, row.node_id, "drain", self.scheduler.name, False, outcome.ok, outcome.detail
-            )
-            if not outcome.ok:
-                await self._say(conn, row, f"drain failed: {outcome.detail}", None)
-                return
-            await self._move(conn, node, State.DRAINED, f"{cause}{affected}", now, report)
+            await self._say(conn, row, WOULD_DRAIN + self._drain_words(node), None)
+            return
+        assert self.scheduler is not None
+        outcome = await self.scheduler.drain(row.name, reason)
+        await store.record_action(
+            conn, now, row.node_id, "drain", self.scheduler.name, False, outcome.ok, outcome.detail
+        )
+        if not outcome.ok:
+            await self._say(conn, row, f"drain failed: {outcome.detail}", None)
+            return
+        await self._move(conn, node, State.DRAINED, self._drain_words(node), now, report)
         self._held_out += 1
         self._drains += 1
+
+    def _drain_words(self, node: _Node) -> str:
+        """Why the node is (or would be) drained, and the jobs that affects."""
+        cause = node.summary.worst if node.summary else node.row.reason
+        jobs = self._jobs.get(node.row.node_id, [])
+        affected = f"; {len(jobs)} job{'s' if len(jobs) != 1 else ''} affected" if jobs else ""
+        return f"{cause}{affected}"
+
+    async def _dry_run_return(
+        self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
+    ) -> None:
+        """A dry run's unhealthy node whose drain is recorded returns to healthy on a drained node's terms
+        (quiet for quiet_s, every GPU up and no remap pending, then the site's check), without ever being
+        out of service; its reason keeps saying what the dry run would have done."""
+        row = node.row
+        said = row.reason.split(WAITING)[0]
+        if said.startswith(WOULD_DRAIN):
+            would = said
+        else:  # a hold's words replaced it: say it again (the findings may be older than the window by now)
+            would = WOULD_DRAIN + (self._drain_words(node) if node.summary else "the findings before the hold")
+        task = self._validations.get(row.node_id)
+        if task is None:
+            last = node.summary.last_at if node.summary else None
+            quiet_since = max(t for t in (row.since, self._would_drain[row.node_id], last) if t is not None)
+            if now - quiet_since < self._s(self.policy.quiet_s):
+                if not row.reason.startswith(WOULD_DRAIN):
+                    await self._say(conn, row, would, None)
+                return
+            missing = (await store.ready_to_return(conn, [row.node_id], now)).get(row.node_id, "no GPU known")
+            if missing:
+                await self._say(conn, row, f"{would}{WAITING}{missing}", None)
+                return
+            await self._say(conn, row, would, None)
+            self._start_validation(row)
+            return
+        if not task.done():
+            return
+        outcome = self._validations.pop(row.node_id).result()
+        await store.record_action(
+            conn, now, row.node_id, "validate", self._scheduler_name, False, outcome.ok, outcome.detail
+        )
+        if not outcome.ok:  # the quiet window starts again from this check
+            await self._say(conn, row, f"{would}{WAITING}validation failed: {outcome.detail}", None)
+            return
+        command = self.scheduler.command("resume", row.name) if self.scheduler else "no scheduler configured"
+        await store.record_action(
+            conn, now, row.node_id, "resume", self._scheduler_name, True, None, f"would run: {command}"
+        )
+        words = "validated (dry run: nothing was drained, nothing resumed)"
+        await self._move(conn, node, State.HEALTHY, words, now, report)
 
     def _refusal(self, row: store.NodeRow) -> str | None:
         """Why the guard rails forbid draining this node now, or None."""

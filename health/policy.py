@@ -23,7 +23,7 @@ class PolicyError(ValueError):
 @dataclass(frozen=True)
 class HealthPolicy:
     scheduler: str = "none"  # none | slurm | kubernetes: who drains and resumes
-    dry_run: bool = True  # walk every state, record the commands, run none of them
+    dry_run: bool = True  # record the drains and resumes it would run, run none, take no node out of service
     # Guard rails: gpuscope never holds out more nodes at once than the smaller of these (the share of
     # the fleet's nodes rounds down: 10% of 8 nodes is 0, so a small test cluster is never drained by
     # accident), never drains more than max_drains_per_hour, and never a node running a protected job.

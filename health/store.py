@@ -170,11 +170,27 @@ async def record_action(
 
 
 async def drains_since(conn: AsyncConnection[Any], start: datetime) -> int:
-    cur = await conn.execute(
-        "SELECT count(*) FROM health_action WHERE action = 'drain' AND at > %s AND (ok OR dry_run)", [start]
-    )
+    """Drains done since `start`: a dry run's drain took nothing out, so the rate limit does not count it."""
+    cur = await conn.execute("SELECT count(*) FROM health_action WHERE action = 'drain' AND at > %s AND ok", [start])
     row = await cur.fetchone()
     return int(row[0]) if row else 0
+
+
+async def dry_run_drains(conn: AsyncConnection[Any], node_ids: Iterable[int]) -> dict[int, datetime]:
+    """Unhealthy nodes whose drain a dry run recorded since they became unhealthy -> when the dry run last
+    acted on them (that drain, or the site's check since): their quiet window counts from then."""
+    ids = list(node_ids)
+    if not ids:
+        return {}
+    cur = await conn.execute(
+        "SELECT h.node_id, max(a.at) FROM health_node h"
+        " JOIN health_action a ON a.node_id = h.node_id AND a.at >= h.since"
+        "   AND (a.action = 'drain' AND a.dry_run OR a.action = 'validate')"
+        " WHERE h.node_id = ANY(%s) AND h.state = 'unhealthy'"
+        " GROUP BY h.node_id HAVING bool_or(a.action = 'drain')",
+        [ids],
+    )
+    return {node_id: last for node_id, last in await cur.fetchall()}
 
 
 def severity_of(items: Iterable[Evidence]) -> Severity:

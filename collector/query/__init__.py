@@ -135,6 +135,7 @@ __all__ += ["Throttling", "throttling"]
 from gpuscope.collector.query.fleet_health import (  # noqa: E402
     NODE_STATES,
     ActionRow,
+    DryRunDrain,
     EvidenceRow,
     GpuVerdict,
     HealthCounts,
@@ -151,6 +152,7 @@ from gpuscope.collector.query.fleet_health import (  # noqa: E402
 __all__ += [
     "NODE_STATES",
     "ActionRow",
+    "DryRunDrain",
     "EvidenceRow",
     "GpuVerdict",
     "HealthCounts",

@@ -34,6 +34,14 @@ class GpuVerdict:
 
 
 @dataclass(frozen=True)
+class DryRunDrain:
+    """The drain a dry run recorded for an unhealthy node instead of running it: the node is in service."""
+
+    at: datetime
+    detail: str  # "would run: <the scheduler's command>"
+
+
+@dataclass(frozen=True)
 class NodeHealth:
     cluster: str
     node: str
@@ -43,6 +51,7 @@ class NodeHealth:
     held_by: str | None
     gpus: list[GpuVerdict]
     evidence: list[EvidenceRow]
+    would_drain: DryRunDrain | None = None  # unhealthy, not held, and a dry run recorded its drain
 
 
 @dataclass(frozen=True)
@@ -57,10 +66,15 @@ class TransitionRow:
 
 
 def health_nodes(
-    conn: psycopg.Connection[Any], cluster: str | None = None, state: str | None = None, with_healthy: bool = True
+    conn: psycopg.Connection[Any],
+    cluster: str | None = None,
+    state: str | None = None,
+    with_healthy: bool = True,
+    node: str | None = None,
 ) -> list[NodeHealth]:
-    """Every node (or those of `cluster`, in `state`), the least healthy first. A node's episode starts at
-    its last return to healthy: the evidence since then explains its state."""
+    """Every node (or those of `cluster`, in `state`, named `node`), the least healthy first. A node's
+    episode starts at its last return to healthy: the evidence since then explains its state. A dry run's
+    drain counts while the node is still unhealthy from then on (health/loop.py)."""
     rows = conn.execute(
         "WITH nodes AS ("
         "  SELECT n.node_id, n.cluster, n.name, coalesce(h.state, 'healthy') AS state, h.since,"
@@ -69,28 +83,36 @@ def health_nodes(
         "          WHERE t.node_id = n.node_id AND t.to_state = 'healthy') AS episode"
         "  FROM node n LEFT JOIN health_node h USING (node_id)"
         "  WHERE (%(cluster)s::text IS NULL OR n.cluster = %(cluster)s)"
+        "    AND (%(node)s::text IS NULL OR n.name = %(node)s)"
         "    AND (%(state)s::text IS NULL OR coalesce(h.state, 'healthy') = %(state)s)"
         "    AND (%(healthy)s OR coalesce(h.state, 'healthy') <> 'healthy'))"
         " SELECT x.node_id, x.cluster, x.name, x.state, x.since, x.reason, x.held_by, x.episode,"
-        "   coalesce(g.indices, '{}'), coalesce(g.uuids, '{}')"
+        "   coalesce(g.indices, '{}'), coalesce(g.uuids, '{}'), d.at, d.detail"
         " FROM nodes x LEFT JOIN LATERAL (SELECT array_agg(gpu_index ORDER BY gpu_index) AS indices,"
         "                                        array_agg(uuid ORDER BY gpu_index) AS uuids"
         "                                 FROM gpu WHERE gpu.node_id = x.node_id) g ON true"
+        " LEFT JOIN LATERAL (SELECT a.at, a.detail FROM health_action a"
+        "                    WHERE x.state = 'unhealthy' AND x.held_by IS NULL AND a.node_id = x.node_id"
+        "                      AND a.at >= x.since AND a.action = 'drain' AND a.dry_run"
+        "                    ORDER BY a.at DESC LIMIT 1) d ON true"
         " ORDER BY array_position(ARRAY['unhealthy', 'drained', 'validating', 'suspect', 'healthy'], x.state),"
         "          x.since DESC NULLS LAST, x.cluster, x.name",
-        {"cluster": cluster, "state": state, "healthy": with_healthy},
+        {"cluster": cluster, "node": node, "state": state, "healthy": with_healthy},
     ).fetchall()
     troubled = {row[0]: row[7] for row in rows if row[3] != "healthy"}
     evidence = _evidence(conn, troubled)
     out = []
-    for node_id, cluster_, name, state_, since, reason, held_by, _, indices, uuids in rows:
+    for node_id, cluster_, name, state_, since, reason, held_by, _, indices, uuids, drain_at, drain in rows:
         found = evidence.get(node_id, [])
         worst: dict[int, str] = {}
         for item in found:
             if item.gpu is not None and item.severity != "ignore":
                 worst[item.gpu] = max(worst.get(item.gpu, "healthy"), item.severity, key=GPU_STATES.index)
         gpus = [GpuVerdict(i, u, worst.get(i, "healthy")) for i, u in zip(indices, uuids, strict=True)]
-        out.append(NodeHealth(cluster_, name, state_, since, reason, held_by, gpus, found[:EVIDENCE_SHOWN]))
+        would_drain = DryRunDrain(drain_at, drain) if drain_at is not None else None
+        out.append(
+            NodeHealth(cluster_, name, state_, since, reason, held_by, gpus, found[:EVIDENCE_SHOWN], would_drain)
+        )
     return out
 
 

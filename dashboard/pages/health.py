@@ -1,7 +1,8 @@
 """Fleet health (/health?state=drained&range=24h): how many nodes are in each state, each count a link that
 filters the list by it; the nodes not healthy (or in the chosen state, or held) with since when and why,
-who holds them, their GPUs' verdicts and the evidence of their current episode; then the audit trail over
-the range: every transition, and every scheduler action done or only planned (dry run). The health loop
+who holds them, their GPUs' verdicts and the evidence of their current episode (and, on an unhealthy node,
+the drain a dry run recorded and did not run); then the audit trail over the range: every transition, and
+every scheduler action done or only planned (dry run). Node names never wrap. The health loop
 (health/loop.py) writes it; this page reads it through the query layer (collector/query/fleet_health.py)."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ MEANINGS = {  # each filter, as its card says on hover
     NOT_HEALTHY: "every node that is not healthy",
     "healthy": "no finding against it, or its last episode is over",
     "suspect": "a finding to watch: no action yet",
-    "unhealthy": "to be taken out: a drain is requested, or refused (its reason says why)",
+    "unhealthy": "to be taken out: a drain is requested, refused, or only recorded by a dry run (its reason says why)",
     "drained": "out of service in the scheduler",
     "validating": "quiet long enough: checks run before it returns to service",
     HELD: "held by an operator: gpuscope neither drains nor resumes it",
@@ -186,9 +187,9 @@ def nodes_part(nodes: list[query.NodeHealth], counts: query.HealthCounts, view: 
     header.append("evidence this episode, newest first (UTC)")
     rows = [
         [
-            link(n.node, node_href(n.node)),
+            node_name(n.node),
             *([escape(n.cluster)] if several else []),
-            state_badge(n.state),
+            state_badge(n.state) + (dry_run_badge(n.would_drain) if n.would_drain else ""),
             moment(n.since) if n.since else span("never judged", className="muted"),
             escape(n.reason) if n.reason else span("-", className="muted"),
             escape(n.held_by or ""),
@@ -202,8 +203,19 @@ def nodes_part(nodes: list[query.NodeHealth], counts: query.HealthCounts, view: 
     return [html.H3(title + more), table]
 
 
+def node_name(node: str) -> str:
+    """The node's name as a link to its page, on one line: a narrow column cut "node-010" into "node-" and "010"."""
+    return element("span", link(node, node_href(node)), className="one-line")
+
+
 def state_badge(state: str) -> str:
     return span(state, className=f"state-badge state-{state}")
+
+
+def dry_run_badge(drain: query.DryRunDrain) -> str:
+    """Marks an unhealthy node whose drain a dry run recorded: nothing took it out of service."""
+    title = f"dry run: nothing was drained; recorded {drain.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC: {drain.detail}"
+    return " " + span("would drain (dry run)", title=title, className="state-badge state-dry-run")
 
 
 def moment(at: datetime, words: str | None = None) -> str:
@@ -250,7 +262,7 @@ def transitions_part(rows: list[query.TransitionRow]) -> Any:
     body = [
         [
             moment(t.at, f"{t.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"),
-            link(t.node, node_href(t.node)),
+            node_name(t.node),
             state_badge(t.from_state),
             "→",
             state_badge(t.to_state),
@@ -270,7 +282,7 @@ def actions_part(rows: list[query.ActionRow]) -> Any:
     body = [
         [
             moment(a.at, f"{a.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"),
-            link(a.node, node_href(a.node)),
+            node_name(a.node),
             escape(a.action),
             escape(a.scheduler),
             "dry run" if a.dry_run else "live",

@@ -1,5 +1,6 @@
-"""The health API over a real collector: nodes by state with their GPUs and evidence, the audit trail,
-holds with the admin token only; and `gpuscope health` reading it."""
+"""The health API over a real collector, after a dry run (the default policy): nodes by state with their
+GPUs and evidence and the drain the dry run recorded, the audit trail, holds with the admin token only;
+and `gpuscope health` reading it."""
 
 from __future__ import annotations
 
@@ -43,9 +44,10 @@ def collector(dsn: str) -> Iterator[RunningCollector]:
 
 def test_nodes_states_gpus_and_evidence(collector: RunningCollector) -> None:
     nodes = httpx.get(f"{collector.url}/api/v1/health/nodes", timeout=10).json()
-    assert [(n["node"], n["state"]) for n in nodes] == [("n1", "drained"), ("n2", "healthy")], "least healthy first"
+    assert [(n["node"], n["state"]) for n in nodes] == [("n1", "unhealthy"), ("n2", "healthy")], "least healthy first"
     sick = nodes[0]
-    assert sick["cluster"] == "c" and "XID 79" in sick["reason"]
+    assert sick["cluster"] == "c" and sick["reason"].startswith("would drain (dry run: nothing drained): XID 79")
+    assert sick["would_drain"]["detail"] == "would run: no scheduler configured" and nodes[1]["would_drain"] is None
     assert [(g["gpu"], g["state"]) for g in sick["gpus"]] == [
         (0, "healthy"),
         (1, "healthy"),
@@ -56,7 +58,9 @@ def test_nodes_states_gpus_and_evidence(collector: RunningCollector) -> None:
         ("xid", 13, 1, "ignore"),
         ("xid", 79, 3, "unhealthy"),
     ]
-    assert set(sick) >= {"cluster", "node", "state", "since", "reason", "gpus", "evidence"}
+    assert set(sick) >= {"cluster", "node", "state", "since", "reason", "gpus", "evidence", "would_drain"}
+    named = httpx.get(f"{collector.url}/api/v1/health/nodes", params={"node": "n2"}, timeout=10).json()
+    assert [(n["cluster"], n["node"]) for n in named] == [("c", "n2")]
     drained = httpx.get(f"{collector.url}/api/v1/health/nodes", params={"state": "healthy"}, timeout=10).json()
     assert [n["node"] for n in drained] == ["n2"]
     bad = httpx.get(f"{collector.url}/api/v1/health/nodes", params={"state": "sick"}, timeout=10)
@@ -66,10 +70,7 @@ def test_nodes_states_gpus_and_evidence(collector: RunningCollector) -> None:
 def test_transitions_and_actions_are_the_audit_trail(collector: RunningCollector) -> None:
     span = {"start": at(0).isoformat(), "end": at(3600).isoformat()}
     moves = httpx.get(f"{collector.url}/api/v1/health/transitions", params=span, timeout=10).json()
-    assert [(m["node"], m["from"], m["to"], m["actor"]) for m in moves] == [
-        ("n1", "unhealthy", "drained", "gpuscope"),
-        ("n1", "healthy", "unhealthy", "gpuscope"),
-    ]
+    assert [(m["node"], m["from"], m["to"], m["actor"]) for m in moves] == [("n1", "healthy", "unhealthy", "gpuscope")]
     actions = httpx.get(f"{collector.url}/api/v1/health/actions", params=span, timeout=10).json()
     assert [(a["action"], a["dry_run"]) for a in actions] == [("drain", True)]
 
@@ -82,7 +83,7 @@ def test_holds_want_the_admin_token_and_the_command_line_shows_them(
     token = tmp_path / "admin"
     token.write_text(ADMIN)
     gpuscope = [sys.executable, "-m", "gpuscope.cli"]
-    held = subprocess.run([*gpuscope, "health", "hold", "n2", "--cluster", "c", "--by", "alice", "--reason", "bios",
+    held = subprocess.run([*gpuscope, "health", "hold", "n2", "--by", "alice", "--reason", "bios",
                            "--collector", collector.url, "--token-file", str(token)],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert held.returncode == 0, held.stderr
@@ -90,7 +91,9 @@ def test_holds_want_the_admin_token_and_the_command_line_shows_them(
     status = subprocess.run([*gpuscope, "health", "status", "--all", "--collector", collector.url],
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert status.returncode == 0, status.stderr
-    assert status.stdout.splitlines()[0] == "healthy: 1  suspect: 0  unhealthy: 0  drained: 1  validating: 0"
+    lines = status.stdout.splitlines()
+    assert lines[0] == "healthy: 1  suspect: 0  unhealthy: 1  drained: 0  validating: 0  held: 1"
+    assert lines[1].startswith("c/n1  unhealthy since") and lines[1].endswith("[dry run: would drain, nothing drained]")
     assert "c/n2  healthy since" in status.stdout and "[held: alice: bios]" in status.stdout
     as_json = subprocess.run([*gpuscope, "health", "status", "--json", "--collector", collector.url],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
