@@ -149,7 +149,7 @@ def rack_power_figure(data: RackPower, revision: str) -> go.Figure:
                 line={"color": palette[i % len(palette)]},
                 mode="lines" if len(columns) > 1 else "lines+markers",  # a lone bucket is a dot
                 stackgroup=f"stretch-{k}",
-                customdata=[rack] * len(columns),  # the rack a click opens (never drawn)
+                customdata=[plain(rack)] * len(columns),  # the rack a click opens (never drawn, yet plain)
                 hovertemplate="%{fullData.name}<br>%{x}<br>%{y:.1f} kW<extra></extra>",  # the name, escaped
             )
             for k, columns in enumerate(stretches)
@@ -198,7 +198,7 @@ def budget_figure(racks: list[str], current_kw: list[float | None], budget_kw: l
                 y=current_kw,
                 name="now",
                 marker_color=colours,
-                customdata=racks,  # the rack a click opens (never drawn)
+                customdata=[plain(rack) for rack in racks],  # the rack a click opens (never drawn, yet plain)
                 hovertemplate="%{x}<br>%{y:.1f} kW now<extra></extra>",
             ),
             go.Scatter(

@@ -23,7 +23,7 @@ from gpuscope.dashboard.components import (
     table,
 )
 from gpuscope.dashboard.context import Context
-from gpuscope.dashboard.figures import budget_figure, message_figure, rack_power_figure
+from gpuscope.dashboard.figures import budget_figure, message_figure, rack_power_figure, unplain
 
 TITLE = "Power"
 
@@ -97,10 +97,10 @@ def register(app: Dash, ctx: Context) -> None:
     def open_rack(bar: dict[str, Any] | None, band: dict[str, Any] | None, range_key: str) -> str:
         click = band if callback_context.triggered_id == "power-stacked" else bar
         points = (click or {}).get("points") or [{}]
-        name = points[0].get("customdata")  # both figures carry each point's rack name
+        name = points[0].get("customdata")  # both figures carry each point's rack name, escaped
         if not isinstance(name, str):
             raise PreventUpdate
-        return query_string({"range": range_key, "rack": name})
+        return query_string({"range": range_key, "rack": unplain(name)})
 
     @app.callback(
         Output("url", "search", allow_duplicate=True),
