@@ -20,6 +20,9 @@ def add_parser(commands: Any) -> None:
     check = sub.add_parser("check", help="validate a rules file, its SQL included")
     check.add_argument("rules", type=Path, help="rules file (YAML, Prometheus rule-file shape, SQL in expr)")
     check.add_argument("--db", help="check against this database (default: a private PostgreSQL started for it)")
+    check.add_argument(
+        "--db-password-file", type=Path, help="the database password, kept out of the DSN and the command line"
+    )
     check.add_argument("--notify-config", type=Path, help="also validate this notification file")
     check.set_defaults(run=_check)
 
@@ -86,8 +89,10 @@ def _check(args: argparse.Namespace) -> int:
             print(str(exc), file=sys.stderr)
             return 1
     if args.db:
-        problems = check_sql(args.db, groups)
+        problems = check_sql(_database(args.db, args.db_password_file), groups)
     else:
+        if args.db_password_file:
+            raise ValueError("--db-password-file goes with --db (a DSN without its password)")
         with scratch_database() as dsn:
             problems = check_sql(dsn, groups)
     for problem in problems:
@@ -97,6 +102,25 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.rules}: {len(groups)} groups, {rules} rules: OK")
     return 0
+
+
+def _database(dsn: str, password_file: Path | None) -> str:
+    """The DSN given with --db, with the password from --db-password-file, once it is known to connect:
+    a wrong one is one line (main() prints it), not psycopg's traceback."""
+    import psycopg
+
+    from gpuscope.core.dsn import check_dsn, first_line
+    from gpuscope.core.tokens import dsn_with_password_file
+
+    check_dsn(dsn)
+    dsn = dsn_with_password_file(dsn, password_file)
+    try:
+        psycopg.connect(dsn, connect_timeout=10).close()
+    except psycopg.OperationalError as exc:
+        reason = first_line(exc)
+        hint = "" if password_file or "password" not in reason else " (give it with --db-password-file FILE)"
+        raise RuntimeError(f"cannot connect to the database given with --db: {reason}{hint}") from None
+    return dsn
 
 
 def _test_notify(args: argparse.Namespace) -> int:

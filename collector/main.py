@@ -23,6 +23,7 @@ from gpuscope.collector.api.deps import require_read_token
 from gpuscope.collector.api.fast_ingest import FastIngest
 from gpuscope.collector.api.guard import MAX_BODY_BYTES, READ_METHODS, RequestGuard
 from gpuscope.collector.api.state import CollectorState
+from gpuscope.collector.api.strict_query import only_known_parameters
 from gpuscope.collector.ingest.state import IngestState
 from gpuscope.collector.parts import Part
 from gpuscope.collector.store import allocations, rollups, timescale, usage
@@ -141,6 +142,7 @@ def create_app(config: CollectorConfig) -> FastIngest:
         lifespan=lifespan,
         docs_url=None,  # api/docs.py serves it without a CDN
         redoc_url=None,  # ReDoc too would load from a CDN: one set of docs, served locally
+        dependencies=[Depends(only_known_parameters)],  # every read of /api/v1 (api/strict_query.py)
     )
     docs.install(app)
     # Token, NUL bytes and body size, before any route, dependency or body model (api/guard.py).

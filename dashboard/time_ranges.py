@@ -1,37 +1,26 @@
 """The time ranges a page can show: the last 15 minutes to 7 days, or any span of the stored history
 ("2026-11-20T08:00..2026-11-21T08:00", UTC, as the URL carries it, so a view of an incident can be
-shared), and the control that picks one: the presets, and FROM and TO fields for a custom span."""
+shared), and the control that picks one: the presets, and FROM and TO fields for a custom span. The
+grammar is the read API's too (`range=`): it lives in collector/query/range_keys.py."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from gpuscope.collector import query
+from gpuscope.collector.query.range_keys import EXAMPLE, PRESETS_S, custom, parse_range
+from gpuscope.collector.query.range_keys import moment as _moment
 from gpuscope.dashboard.components import ERROR_TEXT
 
-PRESETS_S = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600, "7d": 7 * 86400}
-SEPARATOR = ".."
 MAX_SPAN = timedelta(days=92)  # a quarter: the hour rollup answers it in a few hundred columns
-FORMAT = "%Y-%m-%dT%H:%M"
-EXAMPLE = "2026-11-20 08:00"
 
 
 def parse(key: str, now: datetime | None = None) -> query.TimeRange:
     """A preset ("6h") or a custom span ("2026-11-20T08:00..2026-11-21T08:00", UTC); ValueError in words."""
-    if key in PRESETS_S:
-        return query.last(PRESETS_S[key], now)
-    start_text, separator, end_text = key.partition(SEPARATOR)
-    if not separator:
-        raise ValueError(f"unknown range {key!r}: one of {', '.join(PRESETS_S)}, or FROM..TO in UTC")
-    start, end = _moment(start_text), _moment(end_text)
-    if end <= start:
-        raise ValueError(f"the range must end after it starts: {start:%Y-%m-%d %H:%M} is not before {end:%H:%M}")
-    if end - start > MAX_SPAN:
-        raise ValueError(f"a range can span at most {MAX_SPAN.days} days")
-    return query.TimeRange(start, end)
+    return parse_range(key, MAX_SPAN, now)
 
 
 def valid(key: str | None) -> bool:
@@ -40,10 +29,6 @@ def valid(key: str | None) -> bool:
     except ValueError:
         return False
     return True
-
-
-def custom(start: datetime, end: datetime) -> str:
-    return f"{start.astimezone(UTC):{FORMAT}}{SEPARATOR}{end.astimezone(UTC):{FORMAT}}"
 
 
 def label(key: str) -> str:
@@ -99,12 +84,3 @@ def register(app: Dash, component_id: str) -> None:
         except ValueError as exc:
             return no_update, no_update, str(exc)
         return options(key), key, ""
-
-
-def _moment(text: str) -> datetime:
-    """ "2026-11-20 08:00" or "2026-11-20T08:00" (seconds and an offset optional; none means UTC) as UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"not a date and time: {text!r} (expected like {EXAMPLE})") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

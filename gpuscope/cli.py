@@ -54,9 +54,31 @@ def setup_logging(verbose: bool = False, stream: TextIO | None = None) -> loggin
     return configure_logging(logging.DEBUG if verbose else logging.INFO, stream=stream)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that refuses an option it does not know itself, with its own usage: argparse
+    leaves a subcommand's unknown options to the top-level parser, which shows `gpuscope`'s usage (the
+    subcommands' parsers are of this class too: add_subparsers makes them like their parent)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        parsed, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed, unknown
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpuscope")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuscope", description="GPU cluster telemetry.")
+    parser = _Parser(prog="gpuscope", description="GPU cluster telemetry.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"gpuscope {_version()}", help="print the version")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="embedded database + collector + simulated cluster + dashboard")
@@ -181,6 +203,11 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument("--notify-config", type=Path, help="alert receivers, routes and inhibition (YAML)")
     collector.add_argument("--admin-token-file", type=Path, help="bearer token allowed to create/expire silences")
     collector.add_argument("--no-alerts", action="store_true", help="do not evaluate alert rules here")
+    collector.add_argument(
+        "--rack-budgets",
+        type=Path,
+        help="YAML mapping of rack (or cluster/rack) to a budget in kW, for the rack power alert",
+    )
     collector.add_argument(
         "--health-policy",
         type=Path,
@@ -339,6 +366,7 @@ def _run_collector(args: argparse.Namespace) -> int:
             "notify_config": args.notify_config,
             "admin_token_file": args.admin_token_file,
             "alerts": False if args.no_alerts else None,
+            "rack_budgets": args.rack_budgets,
             "health_policy": args.health_policy,
             "health": False if args.no_health else None,
             "reports_config": args.reports_config,
@@ -357,7 +385,10 @@ def _run_dashboard(args: argparse.Namespace) -> None:
     if args.hash_password:
         import getpass
 
-        print(hash_password(getpass.getpass("password: ")))
+        password = getpass.getpass("password: ")
+        if not password:
+            raise ValueError("the password is empty: a login with no password protects nothing")
+        print(hash_password(password))
         return
     db = _dashboard_dsn(args)
     _ensure_free(*parse_listen(args.listen), "another gpuscope dashboard?", "--listen HOST:PORT")
@@ -378,12 +409,15 @@ def _run_dashboard(args: argparse.Namespace) -> None:
 def _dashboard_dsn(args: argparse.Namespace) -> str:
     """The database the dashboard reads: --db (or $GPUSCOPE_DASHBOARD_DB), or a collector's embedded one."""
     if args.data_dir is None:
+        from gpuscope.core.dsn import check_dsn  # psycopg: the server stack's, not the exporter's
+
         db = args.db or os.environ.get("GPUSCOPE_DASHBOARD_DB")
         if not db:
             raise ValueError(
                 "--db DSN is required (the collector's database, or a replica of it), or --data-dir DIR"
                 " for the embedded database of a collector on this host"
             )
+        check_dsn(db)  # now, in one line: a pool would retry a DSN that cannot parse forever
         return dsn_with_password_file(db, args.db_password_file)
     from gpuscope.core.embedded_pg import running_dsn
 

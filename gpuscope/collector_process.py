@@ -18,26 +18,32 @@ import psycopg
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpuscope.alerts import views
+from gpuscope.alerts.check import check_sql
 from gpuscope.alerts.config import load_notify_config
 from gpuscope.alerts.engine import AlertEngine
 from gpuscope.alerts.facts import database_facts
 from gpuscope.alerts.part import alerts_part
-from gpuscope.alerts.rules import default_rules_text, load_rule_files, parse_rules
+from gpuscope.alerts.rules import Group, default_rules_text, load_rule_files, parse_rules
 from gpuscope.collector.api.auth import TokenAuth, read_node_tokens, token_or_generate
 from gpuscope.collector.api.fast_ingest import FastIngest
 from gpuscope.collector.main import CollectorConfig, create_app
 from gpuscope.collector.parts import Part
 from gpuscope.collector.service import serve
+from gpuscope.collector.store import timescale
 from gpuscope.collector.store.availability import DatabaseStatus
+from gpuscope.collector.store.migrate import migrate
 from gpuscope.collector.store.retention import Retention
 from gpuscope.collector.store.timescale import Mode
 from gpuscope.collector.workers import reuse_port_socket, run_workers
+from gpuscope.core.dsn import check_dsn, first_line
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.listen import parse_listen
-from gpuscope.core.logredact import configure_logging, redact_secrets
+from gpuscope.core.logredact import configure_logging
 from gpuscope.core.pg_supervisor import Supervisor
 from gpuscope.core.shutdown import ShutdownDeadline
 from gpuscope.core.tokens import dsn_with_password_file, read_token_file
+from gpuscope.dashboard.context import read_rack_budgets  # one file format for both
 from gpuscope.health.part import health_part
 from gpuscope.health.policy import load_policy
 from gpuscope.reports.config import load_reports_config
@@ -85,6 +91,7 @@ class CollectorSettings(BaseSettings):
     alert_rules: list[Path] = []  # rule files; none: the shipped defaults (alerts/default_rules.yaml)
     notify_config: Path | None = None  # receivers and routes; none: alerts are kept but not sent
     admin_token_file: Path | None = None  # bearer token for creating and expiring silences
+    rack_budgets: Path | None = None  # the dashboard's --rack-budgets file, for the rack power alert
     alert_tick_s: float = Field(default=0.5, gt=0)  # how often the engine checks group timers and due groups
     stragglers: bool = True  # run the straggler watch (in one replica at a time)
     # How often the watch reads what settled: part of the onset-to-API latency, cheap (it reads only new buckets).
@@ -148,23 +155,33 @@ def alert_engine(settings: CollectorSettings, database: DatabaseStatus | None = 
     """The alert engine the settings ask for; files are read now, so a broken one stops the start."""
     if not settings.alerts:
         return None
-    groups = load_rule_files(settings.alert_rules) if settings.alert_rules else parse_rules(default_rules_text())
+    groups = rule_groups(settings)
     config = load_notify_config(settings.notify_config) if settings.notify_config else None
-    if config is None:
+    if config is None and database is not None:  # said by the engine that runs, not by check_inputs' trial
         log.info("no --notify-config: alerts are evaluated and kept, but not sent anywhere")
     facts = (lambda: database_facts(database)) if database is not None else None
-    return AlertEngine(groups, config, tick_s=settings.alert_tick_s, facts=facts)
+    budgets = read_rack_budgets(settings.rack_budgets) if settings.rack_budgets else {}
+    return AlertEngine(groups, config, tick_s=settings.alert_tick_s, facts=facts, rack_budgets_kw=budgets)
+
+
+def rule_groups(settings: CollectorSettings) -> list[Group]:
+    """The alert rules: the files given with --rules, else the shipped ones."""
+    return load_rule_files(settings.alert_rules) if settings.alert_rules else parse_rules(default_rules_text())
 
 
 def run(settings: CollectorSettings) -> int:
     """Serve until stopped: the database (the configured one or an embedded one), then one or N processes.
+    Every input is checked first (check_inputs, then the database and the rules' SQL on it), so a wrong
+    one stops the start in one line before a token file is written, a port bound or "listening" logged.
     A stop signal is obeyed within 10 s whatever the database is doing (core/shutdown.py)."""
-    token = token_or_generate(settings.token_file, settings.data_dir)
     host, port = parse_listen(settings.listen)
+    rules = check_inputs(settings)
     with database(settings) as db:
         deadline = ShutdownDeadline(last_words=db.stop_now)
         try:
             check_database(db.dsn, external=settings.db is not None)
+            check_rules(db.dsn, settings, rules)
+            token = token_or_generate(settings.token_file, settings.data_dir)
             if settings.workers == 1:
                 log.info("collector listening on %s:%d", host, port)
                 serve(build(settings, db.dsn, token, db.status), host, port, on_stop_signal=deadline.arm)
@@ -176,6 +193,41 @@ def run(settings: CollectorSettings) -> int:
             return run_workers(settings.workers, _worker, args, on_stop_signal=deadline.arm)
         finally:
             deadline.arm()  # stopping the embedded server is bounded too
+
+
+def check_inputs(settings: CollectorSettings) -> list[Group]:
+    """Everything the settings name that can be checked without a database, read and parsed now: the
+    DSN's syntax, the password and token files, the node tokens, the rule files, the notification, health
+    and reports configurations. Raises in words; returns the alert rules, for check_rules."""
+    if settings.db is not None:
+        dsn = settings.db.get_secret_value()
+        check_dsn(dsn)
+        dsn_with_password_file(dsn, settings.db_password_file)  # the file is read, the DSN must hold none
+    elif settings.db_password_file is not None:
+        raise ValueError("--db-password-file needs --db (a DSN without its password)")
+    node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
+    if settings.token_file is not None or node_tokens:
+        given = [read_token_file(settings.token_file)] if settings.token_file else []
+        TokenAuth(given, node_tokens)  # too short, or a token given twice
+    _auth(settings.read_token_file)
+    _auth(settings.admin_token_file)
+    parts(settings)  # the rule files, --notify-config, --health-policy and --reports-config, parsed
+    return rule_groups(settings) if settings.alerts else []
+
+
+def check_rules(dsn: str, settings: CollectorSettings, groups: list[Group]) -> None:
+    """Plan every rule's SQL on the database it will run on, so a rule the database refuses stops the start
+    naming the rule and the database's reason (the engine would otherwise log its failure at every
+    evaluation). The schema is prepared first, as the app's start does (collector/main.py): the store's
+    migrations, the storage layout, then the views the rules read; each step is idempotent."""
+    if not groups:
+        return
+    migrate(dsn)
+    timescale.setup(dsn, settings.timescaledb)
+    views.apply(dsn)
+    problems = check_sql(dsn, groups)
+    if problems:
+        raise ValueError(f"alert rules that cannot run on this database: {'; '.join(problems)}")
 
 
 @dataclass(frozen=True)
@@ -215,10 +267,9 @@ def check_database(dsn: str, external: bool = True) -> None:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
             settings: dict[str, str] = dict(conn.execute(UNSAFE_SETTINGS).fetchall()) if external else {}
     except psycopg.ProgrammingError as exc:  # libpq could not parse it
-        raise ValueError(f"--db is not a PostgreSQL connection string: {redact_secrets(str(exc).strip())}") from None
+        raise ValueError(f"--db is not a PostgreSQL connection string: {first_line(exc)}") from None
     except psycopg.OperationalError as exc:
-        reason = redact_secrets(str(exc).strip().splitlines()[0])
-        raise RuntimeError(f"cannot connect to the database given with --db: {reason}") from None
+        raise RuntimeError(f"cannot connect to the database given with --db: {first_line(exc)}") from None
     for name, value in sorted(settings.items()):
         if value == "off":
             log.warning(

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from flask import Flask
 from psycopg_pool import ConnectionPool
 
+from gpuscope.core.dsn import first_line
 from gpuscope.core.listen import parse_listen
 from gpuscope.core.pools import open_read_pool
 from gpuscope.dashboard.app import create_app
@@ -21,8 +24,11 @@ from gpuscope.dashboard.context import DashboardOptions, read_rack_budgets
 from gpuscope.dashboard.server import THREADS_PER_WORKER, DashboardServer, serve_with_gunicorn
 from gpuscope.reports.config import load_reports_config
 
+log = logging.getLogger(__name__)
+
 # A web UI with logins off by default: loopback unless the operator says otherwise.
 DEFAULT_LISTEN = "127.0.0.1:8050"
+PROBE_TIMEOUT_S = 5  # libpq's connect_timeout: whole seconds
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ def run(settings: DashboardSettings) -> None:
     and read pool. Files are read here first, so a broken one stops the start in one line."""
     options, users = _read_files(settings)
     host, port = parse_listen(settings.listen)
+    say_if_unreachable(settings.db)
     pools: list[ConnectionPool[Any]] = []  # this worker's, once forked
 
     def load_app() -> Flask:
@@ -70,6 +77,20 @@ def run(settings: DashboardSettings) -> None:
         print(f"gpuscope dashboard on http://{host}:{bound_port}{login}", flush=True)
 
     serve_with_gunicorn(load_app, host, port, settings.workers, on_ready=say_where, on_worker_exit=close_pools)
+
+
+def say_if_unreachable(dsn: str) -> None:
+    """Connect once before serving: a database that does not answer is said in one line, with libpq's
+    reason. The dashboard serves anyway (a replica may be restarting): its pages say the database is
+    away and its pools keep trying, so it recovers by itself, as the collector does."""
+    try:
+        psycopg.connect(dsn, connect_timeout=PROBE_TIMEOUT_S).close()
+    except psycopg.OperationalError as exc:
+        log.warning(
+            "cannot reach the database (%s): serving anyway; the pages say so, and the dashboard keeps"
+            " trying to connect",
+            first_line(exc),
+        )
 
 
 def _read_files(settings: DashboardSettings) -> tuple[DashboardOptions, UsersFile | None]:

@@ -5,7 +5,9 @@ In this order, before any route, dependency or body model runs:
 1. The token. A change (any method but GET, HEAD and OPTIONS) wants the admin token: 404 when the
    collector has none (changes are switched off), 403 for another valid token (read or ingest), 401
    for none or a wrong one. A read wants the read token when one is set (the admin token reads too):
-   everything but /healthz, so /metrics (active stragglers' job ids and nodes) and /docs as well.
+   everything but /healthz and the /docs page with its Swagger UI files (they hold nothing of this
+   collector; the page asks for the token, api/docs.py), so /metrics (active stragglers' job ids and
+   nodes) and /openapi.json as well.
 2. NUL bytes. None may appear in the path or the query string (PostgreSQL text cannot hold one): 422.
 3. The body. At most `max_body_bytes` (413), on the declared length before anything is read, and
    again while it streams; it is read here, whole, and handed on.
@@ -23,7 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gpuscope.collector.api.state import CollectorState, collector_state
 
 MAX_BODY_BYTES = 64 * 2**10  # silences are well under a kilobyte; nothing outside ingest needs more
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", "/docs"})
+OPEN_PREFIXES = ("/docs-assets/",)
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ADMIN_OFF = "not found: changes through the API are switched off (start the collector with --admin-token-file)"
 
@@ -101,7 +104,7 @@ def check_token(state: CollectorState, scope: Scope) -> None:
         if _valid_elsewhere(state, authorization, read=True):
             raise Refusal(403, "this token may not change anything: changes want the admin token")
         raise Refusal(401, "missing or invalid admin bearer token", BEARER)
-    if scope["path"] in OPEN_PATHS or state.read_auth is None:
+    if state.read_auth is None or _open(scope["path"]):
         return
     if state.read_auth.verify(authorization) or (
         state.admin_auth is not None and state.admin_auth.verify(authorization)
@@ -110,6 +113,11 @@ def check_token(state: CollectorState, scope: Scope) -> None:
     if _valid_elsewhere(state, authorization, read=False):
         raise Refusal(403, "this token may not read: reads want the read token")
     raise Refusal(401, "missing or invalid bearer token", BEARER)
+
+
+def _open(path: str) -> bool:
+    """A path every reader may have: no `..` in it, so it cannot climb out of the open ones."""
+    return path in OPEN_PATHS or (path.startswith(OPEN_PREFIXES) and ".." not in path)
 
 
 def _valid_elsewhere(state: CollectorState, authorization: str | None, read: bool) -> bool:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Query
 
 from gpuscope.collector import query
+from gpuscope.collector.query.range_keys import PRESETS_S, parse_range
 
 MAX_RANGE = timedelta(days=800)  # the longest retention of any tier (hour rollups), with margin
 MAX_BUCKETS = 5000
@@ -23,9 +24,21 @@ def time_range(
         int | None,
         Query(ge=1, le=int(MAX_RANGE.total_seconds() // 60), description="How far back from now (default 60)"),
     ] = None,
+    range_key: Annotated[
+        str | None,
+        Query(
+            alias="range",
+            max_length=100,
+            description=f"The range as the dashboard's URLs name it: {', '.join(PRESETS_S)} back from now, or"
+            " FROM..TO (e.g. 2026-11-20T08:00..2026-11-21T08:00, UTC unless an offset is written)."
+            " With minutes, both must say the same.",
+        ),
+    ] = None,
     start: Annotated[datetime | None, Query(description="Range start, ISO 8601 with a UTC offset")] = None,
     end: Annotated[datetime | None, Query(description="Range end (default now), ISO 8601 with a UTC offset")] = None,
 ) -> query.TimeRange:
+    if range_key is not None:
+        return _named_range(range_key, minutes, given_bounds=start is not None or end is not None)
     if start is None:
         if end is not None:
             raise HTTPException(422, "end needs start")
@@ -43,6 +56,20 @@ def time_range(
         return query.TimeRange(start, end)
     except ValueError as exc:  # bounds out of range (query/timerange.py)
         raise HTTPException(422, str(exc)) from None
+
+
+def _named_range(key: str, minutes: int | None, given_bounds: bool) -> query.TimeRange:
+    """range=6h or range=FROM..TO (the dashboard's grammar, collector/query/range_keys.py). minutes may
+    come along where it says the same (a script adding range= to an old call); start and end may not."""
+    if given_bounds:
+        raise HTTPException(422, "give range, or start (and end), not both")
+    try:
+        window = parse_range(key, MAX_RANGE)
+    except ValueError as exc:
+        raise HTTPException(422, f"range: {exc}") from None
+    if minutes is not None and PRESETS_S.get(key) != minutes * 60:
+        raise HTTPException(422, f"range={key} and minutes={minutes} disagree: give one of them")
+    return window
 
 
 TimeRangeDep = Annotated[query.TimeRange, Depends(time_range)]

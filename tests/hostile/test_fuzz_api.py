@@ -157,7 +157,7 @@ def steer(api: Api, case: Any, data: st.DataObject) -> None:
             else:
                 query["metric"] = data.draw(GPU_METRICS, label="metric")
         if data.draw(st.booleans(), label="recent"):
-            for name in ("start", "end", "minutes", "bucket_seconds"):
+            for name in ("start", "end", "minutes", "range", "bucket_seconds"):
                 query.pop(name, None)
             query.update(data.draw(RECENT, label="range"))
     if isinstance(case.path_parameters, dict):
