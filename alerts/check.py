@@ -21,7 +21,7 @@ import yaml
 from psycopg import sql
 
 from gpuscope.alerts import views
-from gpuscope.alerts.evaluate import NUMERIC_OIDS, query_of
+from gpuscope.alerts.evaluate import NUMERIC_OIDS, SINCE, TIMESTAMPTZ_OID, query_of
 from gpuscope.alerts.rules import Group
 
 
@@ -52,6 +52,8 @@ def check_sql(dsn: str, groups: list[Group], timeout_s: float = 10.0) -> list[st
                     problems.append(f"{where}: the query returns no 'value' column (columns: {', '.join(names)})")
                 elif dict(columns)["value"] not in NUMERIC_OIDS:
                     problems.append(f"{where}: 'value' must be numeric")
+                if SINCE in names and dict(columns)[SINCE] != TIMESTAMPTZ_OID:
+                    problems.append(f"{where}: '{SINCE}' must be a timestamptz (since when the condition holds)")
                 if len(set(names)) != len(names):
                     problems.append(f"{where}: a column name appears twice: {', '.join(names)}")
     return problems

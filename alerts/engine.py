@@ -22,6 +22,7 @@ from gpuscope.alerts.config import NotifyConfig
 from gpuscope.alerts.delivery import Delivery
 from gpuscope.alerts.dispatch import dispatch
 from gpuscope.alerts.evaluate import RuleResult, evaluate_group
+from gpuscope.alerts.facts import rack_facts
 from gpuscope.alerts.rules import Group
 from gpuscope.alerts.state import Instance
 
@@ -40,9 +41,11 @@ class AlertEngine:
         query_timeout_s: float = 10.0,
         tick_s: float = 0.5,
         facts: Callable[[], Mapping[str, str]] | None = None,
+        rack_budgets_kw: Mapping[str, float] | None = None,
     ) -> None:
         self.groups = groups
         self.facts = facts  # what this collector knows beyond the tables (alerts/facts.py), per evaluation
+        self.rack_facts = rack_facts(rack_budgets_kw or {})  # the threshold is set even with no budget
         self.config = config
         self.query_timeout_s = query_timeout_s
         self.tick_s = tick_s
@@ -65,7 +68,8 @@ class AlertEngine:
         self, conn: AsyncConnection[Any], group: Group, now: dt.datetime | None = None
     ) -> list[RuleResult]:
         now = now or _now()
-        results = await evaluate_group(conn, group, self.query_timeout_s, self.facts() if self.facts else None)
+        facts = {**self.rack_facts, **(self.facts() if self.facts else {})}
+        results = await evaluate_group(conn, group, self.query_timeout_s, facts)
         changed_all, dropped_all = [], []
         for result in results:
             mine = {

@@ -24,16 +24,23 @@ from gpuscope.alerts.rules import Group, Rule
 from gpuscope.core.timefmt import rfc3339
 
 NUMERIC_OIDS = {20, 21, 23, 700, 701, 1700}  # int8, int2, int4, float4, float8, numeric
+TIMESTAMPTZ_OID = 1184
+# Columns that are not labels: the alert's value, and since when its condition has held as the stored
+# telemetry shows (optional): the `for` clock starts there, not when the engine first saw the row.
+SINCE = "since"
+RESERVED = ("value", SINCE)
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One row of a rule's result: an alert instance's labels (alertname included) and value."""
+    """One row of a rule's result: an alert instance's labels (alertname included) and value, and since
+    when its condition has held as the data tells (the query's `since` column; None: it cannot tell)."""
 
     fingerprint: str
     labels: dict[str, str]
     annotations: dict[str, str]
     value: float | None
+    since: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -105,13 +112,15 @@ def to_samples(rule: Rule, names: list[str], rows: list[tuple[Any, ...]]) -> lis
     if len(set(names)) != len(names):
         raise ValueError(f"the query returns a column name twice: {names}")
     value_at = names.index("value")
+    since_at = names.index(SINCE) if SINCE in names else None
     out, seen = [], set()
     for row in rows:
         labels = {"alertname": rule.alert}
         for name, cell in zip(names, row, strict=True):
-            if name != "value" and cell is not None:
+            if name not in RESERVED and cell is not None:
                 labels[name] = label_text(cell)
         value = _number(row[value_at])
+        since = None if since_at is None else _timestamp(row[since_at])
         for name, template in rule.labels.items():
             labels[name] = template.render(labels, value)  # the rule's labels win, as in Prometheus
         fp = fingerprint(labels)
@@ -119,7 +128,7 @@ def to_samples(rule: Rule, names: list[str], rows: list[tuple[Any, ...]]) -> lis
             raise ValueError(f"two rows with the same labels {labels}: add a column that tells them apart")
         seen.add(fp)
         annotations = {name: t.render(labels, value) for name, t in rule.annotations.items()}
-        out.append(Sample(fp, labels, annotations, value))
+        out.append(Sample(fp, labels, annotations, value, since))
     return out
 
 
@@ -148,6 +157,14 @@ def _number(cell: Any) -> float | None:
         value = float(cell)
         return value if not math.isnan(value) else None
     raise ValueError(f"'value' must be a number, got {type(cell).__name__} {cell!r}")
+
+
+def _timestamp(cell: Any) -> dt.datetime | None:
+    if cell is None:
+        return None
+    if isinstance(cell, dt.datetime) and cell.tzinfo is not None:
+        return cell
+    raise ValueError(f"'{SINCE}' must be a timestamptz, got {type(cell).__name__} {cell!r}")
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,6 +1,13 @@
 """Alert states as Prometheus keeps them: inactive -> pending (for) -> firing -> resolved, with
 keep_firing_for; stored in alert_instance (store.py) so that a restarted engine continues where it
-stopped. This module decides the transitions; it reads and writes nothing."""
+stopped. This module decides the transitions; it reads and writes nothing.
+
+One departure from Prometheus: its `for` clock starts when the rule engine first sees the condition (a
+restart restores it from the ALERTS_FOR_STATE series, within --rules.alert.for-outage-tolerance), so a new
+server, or one down for longer, waits the whole `for` however long the stored series show the condition
+held. A rule whose query says since when its condition holds (the `since` column) has its clock start
+there instead: an idle job's GPUs idle for an hour before the collector started fire at its first
+evaluation, not 30 minutes later."""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only its shape: evaluate.py runs SQL, this module runs none
-    from gpuscope.alerts.evaluate import RuleResult
+    from gpuscope.alerts.evaluate import RuleResult, Sample
 
 
 @dataclass(frozen=True)
@@ -48,21 +55,26 @@ def transition(
     for fp, sample in current.items():
         old = known.get(fp)
         if old is None or old.state == "resolved":
-            firing = rule.for_s <= 0
+            active_at = began(sample, now)
+            firing = (now - active_at).total_seconds() >= rule.for_s
             changed.append(
                 Instance(
                     fp, rule.alert, rule_group, sample.labels, sample.annotations, sample.value,
-                    "firing" if firing else "pending", now, now if firing else None, now, None, now,
+                    "firing" if firing else "pending", active_at, now if firing else None, now, None, now,
                 )
             )  # fmt: skip
             continue
-        state, fired_at = old.state, old.fired_at
-        if state == "pending" and (now - old.active_at).total_seconds() >= rule.for_s:
-            state, fired_at = "firing", now
+        state, fired_at, active_at = old.state, old.fired_at, old.active_at
+        if state == "pending":
+            # The data's word on when the condition began beats the engine's first sight of it (it may
+            # have been restarted, or be new); without one, the clock runs from that first sight.
+            active_at = began(sample, now) if sample.since is not None else old.active_at
+            if (now - active_at).total_seconds() >= rule.for_s:
+                state, fired_at = "firing", now
         changed.append(
             replace(
                 old, labels=sample.labels, annotations=sample.annotations, value=sample.value, state=state,
-                fired_at=fired_at, last_true_at=now, evaluated_at=now,
+                active_at=active_at, fired_at=fired_at, last_true_at=now, evaluated_at=now,
             )
         )  # fmt: skip
     for fp, old in known.items():
@@ -77,7 +89,15 @@ def transition(
     return changed, dropped
 
 
+def began(sample: Sample, now: dt.datetime) -> dt.datetime:
+    """When the sample's condition began: as the data says, never later than now (an exporter's clock may
+    run ahead), else now."""
+    return now if sample.since is None else min(sample.since, now)
+
+
 def worth_writing(new: Instance, stored: Instance | None) -> bool:
     if stored is None or new.state != stored.state or new.labels != stored.labels:
+        return True
+    if new.active_at != stored.active_at:  # the data moved a pending alert's clock
         return True
     return (new.evaluated_at - stored.evaluated_at).total_seconds() >= REFRESH_S

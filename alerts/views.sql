@@ -71,6 +71,28 @@ FROM public.gpu_rollup_1m r
 JOIN public.gpu g USING (gpu_id)
 JOIN public.node n ON n.node_id = g.node_id;
 
+-- Since when a GPU's utilisation has stayed under `under`, as far as its last `span` of data tells: the
+-- first sample after the last one at `under` or over (a rule's `since`, so that its `for` clock starts
+-- when the data shows the condition began). Idle for all of `span`: its first sample in it. Minute
+-- rollups where settled (a minute whose mean is at `under` or over counts as busy to its end) and raw
+-- samples after them, so a GPU idle for hours costs a few hundred rows, not thousands.
+CREATE FUNCTION alerting.util_under_since(of_gpu integer, under float8, span interval DEFAULT '6 hours')
+RETURNS timestamptz LANGUAGE sql STABLE AS $$
+WITH rolled AS (
+    SELECT coalesce(max(r.bucket) + interval '1 minute', now() - span) AS until
+    FROM public.gpu_rollup_1m r WHERE r.gpu_id = of_gpu AND r.bucket > now() - span
+), busy AS (
+    SELECT coalesce(
+        (SELECT max(x.ts) FROM public.gpu_sample x
+         WHERE x.gpu_id = of_gpu AND x.ts >= rolled.until AND x.util_pct >= under),
+        (SELECT max(r.bucket) + interval '1 minute' FROM public.gpu_rollup_1m r
+         WHERE r.gpu_id = of_gpu AND r.bucket > now() - span AND r.util_n > 0 AND r.util_sum >= under * r.util_n),
+        now() - span) AS until
+    FROM rolled
+)
+SELECT min(x.ts) FROM public.gpu_sample x, busy WHERE x.gpu_id = of_gpu AND x.ts > busy.until
+$$;
+
 -- The newest sample of every InfiniBand port reported in the last 5 minutes. state: 4 = ACTIVE;
 -- phys_state: 5 = LinkUp (kernel ABI sysfs-class-infiniband).
 CREATE VIEW alerting.nic_latest AS
@@ -157,6 +179,36 @@ SELECT n.cluster, n.rack, n.name AS node, n.node_id, h.state, h.since, h.reason,
 FROM public.health_node h
 JOIN public.node n USING (node_id)
 WHERE h.state <> 'healthy';
+
+-- Each rack's power now against its budget, as the dashboard reads them: `power_w` the sum of its GPUs'
+-- newest readings (those reported in the last 5 minutes); `budget_w` the site's (the collector's
+-- --rack-budgets, "cluster/rack" or "rack" -> kW, set by the engine for each evaluation) or else the sum
+-- of its GPUs' power limits; `near_budget` the share of a budget the overview flags as near it (one
+-- constant: collector/query/rack_power.py NEAR_BUDGET; NULL outside the engine's evaluations);
+-- `near_since` since when it has drawn that much, minute by minute (the rollup) over the last 6 hours.
+CREATE VIEW alerting.rack_power AS
+WITH site AS (
+    SELECT coalesce(nullif(current_setting('gpuscope.rack_budgets_kw', true), ''), '{}')::jsonb AS kw,
+           nullif(current_setting('gpuscope.rack_near_budget', true), '')::float8 AS near_budget
+), racks AS (
+    SELECT g.cluster, g.rack, count(*) AS gpus, sum(g.power_w) AS power_w, sum(g.power_limit_w) AS power_limit_w
+    FROM alerting.gpu_latest g GROUP BY g.cluster, g.rack
+), budgeted AS (
+    SELECT r.*, coalesce(1000 * coalesce(s.kw ->> (r.cluster || '/' || r.rack), s.kw ->> r.rack)::float8,
+                         r.power_limit_w) AS budget_w,
+           s.near_budget
+    FROM racks r CROSS JOIN site s
+)
+SELECT b.cluster, b.rack, b.gpus, b.power_w, b.power_limit_w, b.budget_w, b.power_w / nullif(b.budget_w, 0) AS share,
+       b.near_budget,
+       (SELECT min(m.bucket) FROM public.rack_power_1m m
+        WHERE m.cluster = b.cluster AND m.rack = b.rack AND m.bucket > now() - interval '6 hours'
+          AND m.bucket > coalesce(
+              (SELECT max(u.bucket) FROM public.rack_power_1m u
+               WHERE u.cluster = b.cluster AND u.rack = b.rack AND u.bucket > now() - interval '6 hours'
+                 AND u.watts < b.near_budget * b.budget_w),
+              '-infinity')) AS near_since
+FROM budgeted b;
 
 -- The database as the collector that evaluates the rules sees it (collector/store/availability.py), set
 -- by the alert engine for each evaluation (alerts/facts.py): no row where nothing was set. `state` is

@@ -4,6 +4,7 @@ notification outcomes; rule health."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dash import html
@@ -11,7 +12,18 @@ from dash import html
 from gpuscope.alerts.reads import AlertRow, NotificationRow, RuleStatus
 from gpuscope.alerts.silences import Silence
 from gpuscope.dashboard import alert_labels
-from gpuscope.dashboard.components import MUTED, ago, badge, banner, table
+from gpuscope.dashboard.components import MUTED, ago, badge, banner, styled_table, table
+
+# The alerts tables' columns: a class each, so that the stylesheet fits the table to the page (fixed widths
+# for all but the summary, which takes the rest) and keeps each row to one or two lines.
+ALERT_COLUMNS = (
+    ("severity", "severity"),
+    ("alert", "alert"),
+    ("where", "where · job"),
+    ("summary", "summary"),
+    ("labels", "labels"),
+    ("since", "since"),
+)
 
 
 def alerts_table(rows: list[AlertRow], id: str, empty: str, silences: list[Silence], can_silence: bool) -> Any:
@@ -19,28 +31,53 @@ def alerts_table(rows: list[AlertRow], id: str, empty: str, silences: list[Silen
     if not rows:
         return banner(empty, "empty")
     by_id = {s.silence_id: s for s in silences}
+    columns = [*ALERT_COLUMNS, ("silence", "")] if can_silence else list(ALERT_COLUMNS)
     body = []
     for a in rows:
-        since = ago(a.resolved_at if a.state == "resolved" else (a.fired_at or a.active_at))
-        row = [
+        # Since when its condition holds (as the data says, where the rule tells: alerts/state.py), or when
+        # it resolved; when it fired, on hover.
+        at = a.resolved_at if a.state == "resolved" and a.resolved_at else a.active_at
+        fired = f", firing since {a.fired_at:%Y-%m-%d %H:%M:%S} UTC" if a.fired_at and a.state != "resolved" else ""
+        summary = a.annotations.get("summary", "")
+        place = alert_labels.where(a.labels)
+        job = alert_labels.job(a.labels)
+        cells = [
             badge(a.severity),
-            html.Strong(a.alertname),
-            a.state,
-            _one_line(alert_labels.where(a.labels)),
-            _one_line(alert_labels.job(a.labels)),
-            alert_labels.details(a.labels),
-            a.annotations.get("summary", ""),
-            _one_line(since),
+            [
+                html.Strong(_breakable(a.alertname)),
+                *([" ", html.Span(a.state, className="muted")] if a.state != "firing" else []),
+            ],
+            _two_lines([*place, *([" · "] if place and job else []), *job]),
+            _two_lines(summary, title=summary),
+            _two_lines(alert_labels.details(a.labels)),
+            html.Span(ago(at), title=f"{at:%Y-%m-%d %H:%M:%S} UTC{fired}"),
         ]
         if can_silence:
-            row.append(_muted(a, by_id) if a.silenced_by else _silence_button(a))
-        body.append(row)
-    headers = ["severity", "alert", "state", "where", "job", "labels", "summary", "since"]
-    return table([*headers, ""] if can_silence else headers, body, id=id)
+            cells.append(_muted(a, by_id) if a.silenced_by else _silence_button(a))
+        body.append(html.Tr([html.Td(c, className=f"col-{key}") for (key, _), c in zip(columns, cells, strict=True)]))
+    head = html.Thead(html.Tr([html.Th(label, className=f"col-{key}") for key, label in columns]))
+    fitted = styled_table([head, html.Tbody(body)], id=id)
+    fitted.className = "table alerts-table"
+    return fitted
 
 
-def _one_line(content: Any) -> html.Span:
-    return html.Span(content, style={"whiteSpace": "nowrap"})
+def matching(rows: list[AlertRow], wanted: dict[str, str]) -> list[AlertRow]:
+    """The alerts whose labels have these values (the page's ?node=..., ?job_id=... filters)."""
+    return [a for a in rows if all(a.labels.get(name) == value for name, value in wanted.items())]
+
+
+def _breakable(name: str) -> list[Any]:
+    """An alert's name that may wrap between its words (InfinibandErrors|Increasing), not inside one."""
+    words = re.findall(r"[A-Z]?[^A-Z]*", name)
+    out: list[Any] = []
+    for word in (w for w in words if w):
+        out += [html.Wbr(), word] if out else [word]
+    return out
+
+
+def _two_lines(content: Any, title: str | None = None) -> html.Div:
+    """Cut at two lines (the whole of it on hover, where `title` gives it)."""
+    return html.Div(content, className="two-lines", title=title or None)
 
 
 def _muted(alert: AlertRow, silences: dict[int, Silence]) -> html.Span:

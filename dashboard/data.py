@@ -11,6 +11,7 @@ from psycopg_pool import ConnectionPool
 
 from gpuscope.alerts import reads as alert_reads
 from gpuscope.collector import query
+from gpuscope.collector.query.fleet import jobs_with_idle_gpus
 from gpuscope.collector.query.rack_nodes import RackJob, RackNode, rack_nodes
 from gpuscope.collector.query.rack_power import NEAR_BUDGET
 from gpuscope.dashboard import time_ranges
@@ -58,6 +59,7 @@ class OverviewData:
     heatmap: Grid
     rack_power: query.RackPower
     energy_kwh: float | None  # the fleet's, over the range: the rack power chart's area
+    idle_jobs: list[str] = field(default_factory=list)  # who holds the idle GPUs (two at most: one, or several)
 
 
 OVERVIEW_METRIC = "sm_active_pct"  # real work; utilisation reads ~100% for a rank spinning in NCCL
@@ -70,6 +72,7 @@ def load_overview(
     with pool.connection() as conn:
         summary = query.fleet_summary(conn)
         unhealthy = query.unhealthy_gpus(conn) if summary.gpus_unhealthy else []
+        idle_jobs = jobs_with_idle_gpus(conn) if summary.gpus_idle_in_job else []
         firing = alert_reads.alerts(conn, "firing", limit=200)
         stragglers = query.stragglers(conn, window, active_only=True, limit=50)
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
@@ -84,7 +87,7 @@ def load_overview(
     near = sorted((load for load in loads if load.share >= NEAR_BUDGET), key=lambda load: -load.share)
     silent = summary.gpus_known - summary.gpus_reporting
     attention = Attention(firing, stragglers, silent, unhealthy, near)
-    return OverviewData(summary, attention, grid, power, energy_kwh(power))
+    return OverviewData(summary, attention, grid, power, energy_kwh(power), idle_jobs)
 
 
 def energy_kwh(power: query.RackPower) -> float | None:

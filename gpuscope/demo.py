@@ -27,12 +27,13 @@ from gpuscope.collector_process import database as collector_database
 from gpuscope.core.signals import stop_on_signals
 from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.dashboard_process import build as build_dashboard
-from gpuscope.demo_scenario import Scenario, stage
+from gpuscope.demo_scenario import Scenario, rack_budgets_kw, stage
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_topology
 
 log = logging.getLogger("gpuscope.demo")
 HOST = "127.0.0.1"
+CLUSTER = "demo"
 DENSE_HISTORY_S = 30 * 60
 
 
@@ -59,6 +60,11 @@ def run_demo(options: DemoOptions) -> None:
         # Usage reports priced as a site would (docs/reports.md): the simulated GPUs are H100s.
         reports = data_dir / "reports.yaml"
         reports.write_text("currency: EUR\nprices:\n  - {model: '*H100*', per_gpu_hour: 2.50}\ngrid_g_per_kwh: 350\n")
+        # The staged rack's budget, for the dashboard's power page and the collector's rack power alert.
+        budgets = data_dir / "rack-budgets.yaml"
+        topology = build_topology(options.nodes, options.gpus_per_node, options.racks, cluster=CLUSTER)
+        staged = rack_budgets_kw(topology) if options.staged else {}
+        budgets.write_text("".join(f"{rack}: {kw:g}\n" for rack, kw in staged.items()) or "{}\n")
         settings = CollectorSettings(
             listen=f"{HOST}:{options.collector_port}",
             data_dir=data_dir,
@@ -66,6 +72,7 @@ def run_demo(options: DemoOptions) -> None:
             db_password_file=None,
             admin_token_file=data_dir / "admin-token",
             reports_config=reports,
+            rack_budgets=budgets,
             # alerts: the shipped rules, kept and shown, sent nowhere (no notify config)
         )
         # The embedded server, supervised, as under `gpuscope collector`; before any thread of ours starts,
@@ -83,8 +90,6 @@ def run_demo(options: DemoOptions) -> None:
         for exporter in exporters:
             exporter.start()
 
-        budgets = data_dir / "rack-budgets.yaml"
-        budgets.write_text("".join(f"{rack}: {kw:g}\n" for rack, kw in scenario.rack_budgets_kw.items()))
         dashboard_settings = DashboardSettings(
             db=db.dsn,
             listen=f"{HOST}:{options.dashboard_port}",
@@ -119,7 +124,7 @@ def run_demo(options: DemoOptions) -> None:
 def _simulated_cluster(
     options: DemoOptions, push_url: str, token: str, live_from: float
 ) -> tuple[list[NodeExporter], Scenario]:
-    topology = build_topology(options.nodes, options.gpus_per_node, options.racks, cluster="demo")
+    topology = build_topology(options.nodes, options.gpus_per_node, options.racks, cluster=CLUSTER)
     schedule = JobSchedule(topology, options.seed)
     sources = [SimNodeSource(node, schedule, options.seed) for node in topology]
     scenario = stage(topology, schedule, sources, live_from) if options.staged else Scenario()

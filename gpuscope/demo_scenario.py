@@ -38,11 +38,25 @@ class Scenario:
     rack_budgets_kw: dict[str, float] = field(default_factory=dict)  # "cluster/rack" -> kW
 
 
+def staged_rack(topology: tuple[NodeSpec, ...]) -> str:
+    """The rack the training job runs on, and the one whose power budget is set tight."""
+    racks = list(dict.fromkeys(node.rack for node in topology))
+    return racks[1] if len(racks) > 1 else racks[0]
+
+
+def rack_budgets_kw(topology: tuple[NodeSpec, ...]) -> dict[str, float]:
+    """The staged rack's budget ("cluster/rack" -> kW): known before anything runs, so that the collector
+    (for its rack power alert) and the dashboard read the same file."""
+    rack = staged_rack(topology)
+    gpus_in_rack = sum(node.gpus for node in topology if node.rack == rack)
+    budget = math.floor(gpus_in_rack * RACK_BUDGET_KW_PER_GPU * 2) / 2  # to the half kW
+    return {f"{topology[0].cluster}/{rack}": float(budget)}
+
+
 def stage(topology: tuple[NodeSpec, ...], schedule: JobSchedule, sources: list[SimNodeSource], now: float) -> Scenario:
     """Pin the staged jobs and faults; `now` is when the back-filled history ends and live data begins."""
     scenario = Scenario()
-    racks = list(dict.fromkeys(node.rack for node in topology))
-    rack = racks[1] if len(racks) > 1 else racks[0]
+    rack = staged_rack(topology)
     training = tuple(node.index for node in topology if node.rack == rack)[:4]
     spare = [node.index for node in topology if node.index not in training]
 
@@ -66,9 +80,8 @@ def stage(topology: tuple[NodeSpec, ...], schedule: JobSchedule, sources: list[S
         f"job {TRAINING_JOB} ({job.name}, {len(training)} nodes): the fan of GPU {slow_gpu} on {name} fails;"
         " it heats into thermal slowdown and the whole job waits for it (a straggler, in about 2 minutes)"
     )
-    gpus_in_rack = sum(node.gpus for node in topology if node.rack == rack)
-    budget = math.floor(gpus_in_rack * RACK_BUDGET_KW_PER_GPU * 2) / 2  # to the half kW
-    scenario.rack_budgets_kw[f"{topology[0].cluster}/{rack}"] = float(budget)
+    scenario.rack_budgets_kw.update(rack_budgets_kw(topology))
+    budget = scenario.rack_budgets_kw[f"{topology[0].cluster}/{rack}"]
     scenario.events.append(f"{rack} runs close to its {budget:g} kW power budget")
 
     if len(spare) >= 2:

@@ -90,6 +90,13 @@ WHERE s.unhealthy ORDER BY n.cluster, n.name, g.gpu_index LIMIT %(limit)s
 """
 ).format(states=sql.SQL(_STATES))
 
+_IDLE_JOBS_SQL = sql.SQL(
+    """{states}
+SELECT DISTINCT a.job_id FROM states s JOIN job_allocation a ON a.gpu_id = s.gpu_id AND a.ended_at IS NULL
+WHERE NOT s.unhealthy AND s.idle ORDER BY 1 LIMIT %(limit)s
+"""
+).format(states=sql.SQL(_STATES))
+
 
 @dataclass(frozen=True)
 class UnhealthyGpu:
@@ -114,3 +121,8 @@ def unhealthy_gpus(conn: Connection[Any], limit: int = 50) -> list[UnhealthyGpu]
     """The GPUs fleet_summary counts as unhealthy, each with its first reason, by node."""
     rows = conn.execute(_UNHEALTHY_SQL, {**_PARAMS, "limit": limit}).fetchall()
     return [UnhealthyGpu(*row) for row in rows]
+
+
+def jobs_with_idle_gpus(conn: Connection[Any], limit: int = 2) -> list[str]:
+    """The running jobs holding the GPUs fleet_summary counts as idle in a job (at most `limit`, by id)."""
+    return [row[0] for row in conn.execute(_IDLE_JOBS_SQL, {**_PARAMS, "limit": limit}).fetchall()]

@@ -13,15 +13,18 @@ from gpuscope.dashboard import data, silence_requests
 from gpuscope.dashboard.alert_labels import split_matchers
 from gpuscope.dashboard.alert_tables import (
     alerts_table,
+    matching,
     notifications_table,
     rules_table,
     silence_matchers_by_alert,
     silences_table,
 )
-from gpuscope.dashboard.components import MUTED, banner, guarded, nothing
+from gpuscope.dashboard.components import MUTED, banner, guarded, nothing, query_params
 from gpuscope.dashboard.context import Context
 
 TITLE = "Alerts"
+# What the URL may narrow the page to (?node=gpu-07, ?job_id=4711, ...), each in words.
+FILTERS = {"alertname": "alert", "cluster": "cluster", "rack": "rack", "node": "node", "gpu": "GPU", "job_id": "job"}
 DURATIONS = {"30m": 1800, "2h": 7200, "8h": 28800, "24h": 86400, "7d": 7 * 86400}
 # Scrolls the form into view and puts the cursor on "why" once "Silence this" has filled it in.
 FOCUS_JS = """
@@ -38,10 +41,12 @@ def match(pathname: str) -> dict[str, str] | None:
 
 
 def layout(ctx: Context, search: str, **_: str) -> html.Div:
+    wanted = {name: value for name, value in query_params(search).items() if name in FILTERS and value}
     return html.Div(
         [
             html.H2("Alerts"),
             html.Div(id="alerts-status"),
+            _filtered(wanted),
             html.H3("Firing and pending"),
             html.Div(id="alerts-active", className="output"),
             _silence_form(ctx),
@@ -53,12 +58,23 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
             html.Div(id="alerts-notifications", className="output"),
             html.H3("Rules"),
             html.Div(id="alerts-rules", className="output"),
+            dcc.Store(id="alerts-filter", data=wanted),
             dcc.Store(id="silence-changed", data=0),
             dcc.Store(id="silence-matchers-by-alert", data={}),
             dcc.Store(id="silence-prefilled", data=0),
             dcc.Store(id="silence-focused"),
         ]
     )
+
+
+def _filtered(wanted: dict[str, str]) -> Any:
+    """Which alerts the page shows when the URL narrows it (the overview's "+N more" links here)."""
+    if not wanted:
+        return html.Div(id="alerts-filtered")
+    which = ", ".join(f"{FILTERS[name]} {value}" for name, value in wanted.items())
+    # A whole page load: the page is drawn anew only when its path changes, not its query.
+    everything = html.A("show all alerts", href="/alerts", id="alerts-show-all")
+    return html.Div([f"Only the alerts of {which} · ", everything], id="alerts-filtered", className="banner")
 
 
 def _silence_form(ctx: Context) -> html.Div:
@@ -119,17 +135,17 @@ def register(app: Dash, ctx: Context) -> None:
         Output("silence-matchers-by-alert", "data"),
         Input("refresh", "n_intervals"),
         Input("silence-changed", "data"),
+        State("alerts-filter", "data"),
     )
     @guarded(unreachable)
-    def refresh(_: int | None, __: int) -> tuple[Any, ...]:
+    def refresh(_: int | None, __: int, wanted: dict[str, str] | None) -> tuple[Any, ...]:
         loaded = data.load_alerts(ctx.pool)
+        active, resolved = matching(loaded.active, wanted or {}), matching(loaded.resolved, wanted or {})
         return (
             [],
-            alerts_table(
-                loaded.active, "alerts-active-table", "No alert is firing or pending.", loaded.silences, writable
-            ),
+            alerts_table(active, "alerts-active-table", "No alert is firing or pending.", loaded.silences, writable),
             silences_table(loaded.silences, writable),
-            alerts_table(loaded.resolved, "alerts-resolved-table", "Nothing resolved recently.", [], False),
+            alerts_table(resolved, "alerts-resolved-table", "Nothing resolved recently.", [], False),
             notifications_table(loaded.notifications),
             rules_table(loaded.rules),
             silence_matchers_by_alert(loaded.active),

@@ -5,18 +5,19 @@ its cause; an activity heatmap and power per rack below."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 import dash_mantine_components as dmc
 from dash import Dash, Input, Output, dcc, html
 
 from gpuscope.dashboard import data, time_ranges
+from gpuscope.dashboard.alert_groups import Cause, Concern, concerns
 from gpuscope.dashboard.components import (
     MUTED,
     ago,
     badge,
     banner,
     guarded,
+    job_href,
     node_href,
     nothing,
     query_params,
@@ -115,7 +116,7 @@ def headline(overview: data.OverviewData, firing: int, range_key: str) -> list[A
     )
     legend = [
         html.Span(
-            [html.Span(f"{counts[key]}", className="state-count"), f" {label}"],
+            _state_link(key, [html.Span(f"{counts[key]}", className="state-count"), f" {label}"], overview),
             id=f"gpus-{key}",
             title=meaning,
             className="state",
@@ -139,6 +140,15 @@ def headline(overview: data.OverviewData, firing: int, range_key: str) -> list[A
         ),
     ]
     return [html.Div(legend, className="states"), bar, html.Div(cards, className="cards")]
+
+
+def _state_link(key: str, text: list[Any], overview: data.OverviewData) -> Any:
+    """GPUs idle in a job lead to the job holding them, or to the jobs holding idle GPUs when several do."""
+    if key != "idle" or not overview.idle_jobs:
+        return text
+    jobs = overview.idle_jobs
+    href = job_href(jobs[0]) if len(jobs) == 1 else "/jobs" + query_string({"idle": 1})
+    return dcc.Link(text, href=href, id="gpus-idle-link")
 
 
 def _card(key: str, label: str, value: str, note: str, href: str | None = None) -> html.Div:
@@ -170,69 +180,74 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}%"
 
 
+ATTENTION_LINES = 12
+
+
 def attention_list(attention: data.Attention) -> Any:
-    items: list[Any] = []
-    for alert in attention.alerts[:10]:
-        where = alert.labels.get("node", "")
-        items.append(
-            html.Li(
-                [
-                    badge(alert.severity),
-                    " ",
-                    dcc.Link(alert.alertname, href="/alerts"),
-                    " ",
-                    dcc.Link(where, href=node_href(where)) if where else "",
-                    " ",
-                    alert.annotations.get("summary", ""),
-                    f" (since {ago(alert.fired_at)})",
-                ]
-            )
-        )
-    for straggler in attention.stragglers[:10]:
-        items.append(
-            html.Li(
-                [
-                    badge("warning"),
-                    " straggler in ",
-                    dcc.Link(f"job {straggler.job_id}", href=f"/jobs/{quote(straggler.job_id, safe='')}"),
-                    ": ",
-                    straggler.culprit
-                    if straggler.node is None
-                    else dcc.Link(straggler.culprit, href=node_href(straggler.node)),
-                    f", {straggler.cause}, about {straggler.slowdown:.0%} slower",
-                    f" (since {ago(straggler.started_at)})",
-                ]
-            )
-        )
-    for gpu in attention.unhealthy[:10]:
-        items.append(
-            html.Li(
-                [
-                    badge("critical"),
-                    " ",
-                    dcc.Link(gpu.node, href=node_href(gpu.node)),
-                    f" GPU {gpu.gpu_index}: {gpu.reason}",
-                ]
-            )
-        )
-    if len(attention.unhealthy) > 10:
-        items.append(html.Li(f"... and {len(attention.unhealthy) - 10} more unhealthy GPUs"))
-    for load in attention.racks_near_budget:
-        items.append(
-            html.Li(
-                [
-                    badge("warning" if load.share < 1 else "critical"),
-                    " ",
-                    dcc.Link(load.rack, href="/power"),
-                    f" draws {load.current_kw:.1f} kW, {load.share:.0%} of its {load.budget_kw:g} kW budget",
-                ]
-            )
-        )
+    """One line per job, node or rack with something wrong (dashboard/alert_groups.py), most severe first."""
+    lines = concerns(attention.alerts, attention.stragglers, attention.unhealthy, attention.racks_near_budget)
+    items: list[Any] = [_concern_item(line) for line in lines[:ATTENTION_LINES]]
+    if len(lines) > ATTENTION_LINES:
+        items.append(html.Li(dcc.Link(f"... and {len(lines) - ATTENTION_LINES} more", href="/alerts")))
     if attention.gpus_silent > 0:
         items.append(html.Li([badge("warning"), f" {attention.gpus_silent} GPUs have not reported in 2 minutes"]))
     if not items:
         return banner("Nothing needs attention: no firing alerts, no stragglers, every GPU reporting.", "empty")
     return html.Ul(items, id="attention-list")
+
+
+def _concern_item(line: Concern) -> html.Li:
+    """severity, who (linked), the worst cause, "+N more" leading to the rest, when the worst began."""
+    parts: list[Any] = [badge(line.severity), " ", *_subject(line), *_cause(line, line.head)]
+    if line.rest:
+        others = "\n".join(_cause_words(cause) for cause in line.causes[1:])
+        more = dcc.Link(f"+{line.rest} more", href=line.alerts_href(), title=others, className="attention-more")
+        parts += [" · ", more]
+    if line.head.since is not None:
+        parts.append(html.Span(f" · started {ago(line.head.since)}", style={"color": MUTED}))
+    return html.Li(parts, className=f"attention-{line.kind}")
+
+
+def _subject(line: Concern) -> list[Any]:
+    if line.kind == "job":
+        owner = f" ({line.owner})" if line.owner else ""
+        return [dcc.Link(f"job {line.key}", href=job_href(line.key)), owner, ": "]
+    if line.kind == "node":
+        return [dcc.Link(line.key, href=node_href(line.key)), ": "]
+    if line.kind == "rack":
+        return [dcc.Link(line.key, href="/power"), " "]
+    return []
+
+
+def _cause(line: Concern, cause: Cause) -> list[Any]:
+    item = cause.item
+    if cause.alerts:
+        name = html.Strong(cause.name)
+        many = len(cause.alerts)
+        if many > 1 and len(cause.gpus) == many:  # one alert per GPU: say how many GPUs, not one of them
+            nodes = sorted({a.labels.get("node", "") for a in cause.alerts} - {""})
+            where = f" of {nodes[0]}" if len(nodes) == 1 and line.kind != "node" else ""
+            return [name, f" on {many} GPUs{where}"]
+        count = f" ({many} alerts)" if many > 1 else ""
+        return [name, f"{count}: ", item.annotations.get("summary", "")]
+    if cause.name == "straggler":
+        culprit: Any = item.culprit if item.node is None else dcc.Link(item.culprit, href=node_href(item.node))
+        return ["straggler ", culprit, f", {item.cause}, about {item.slowdown:.0%} slower"]
+    if line.kind == "rack":
+        return [f"draws {item.current_kw:.1f} kW, {item.share:.0%} of its {item.budget_kw:g} kW budget"]
+    return [f"GPU {item.gpu_index}: {item.reason}"]
+
+
+def _cause_words(cause: Cause) -> str:
+    """A cause in plain words, for the "+N more" link's hover."""
+    if cause.alerts:
+        many = f" ({len(cause.alerts)} alerts)" if len(cause.alerts) > 1 else ""
+        return f"{cause.name}{many}: {cause.alerts[0].annotations.get('summary', '')}"
+    if cause.name == "straggler":
+        return f"straggler: {cause.item.culprit}"
+    if hasattr(cause.item, "gpu_index"):
+        return f"GPU {cause.item.gpu_index}: {cause.name}"
+    return cause.name
 
 
 def _valid(range_key: str) -> str:

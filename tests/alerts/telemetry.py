@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from gpuscope.collector.store import partitions
+from gpuscope.collector.store import partitions, rollups
 
 
 def ensure_partitions(dsn: str) -> None:
@@ -62,4 +62,48 @@ def event(dsn: str, gpu_id: int, kind: str, code: int | None = None, count: int 
             "INSERT INTO event (ts, node_id, gpu_id, kind, code, count)"
             " SELECT now(), node_id, gpu_id, %s, %s, %s FROM gpu WHERE gpu_id = %s",
             (kind, code, count, gpu_id),
+        )
+
+
+def history(dsn: str, gpu_ids: list[int], minutes: int, **columns: Any) -> None:
+    """One sample a minute of each GPU over the last `minutes` (the newest now), its minutes marked as the
+    ingest path marks them and rolled up as the collector's maintenance does. A column's value may be a
+    function of (minutes ago, gpu_id); util_pct is 0 unless given."""
+    columns = {"util_pct": 0.0, **columns}
+    rows = [
+        (ago, gpu_id, *(v(ago, gpu_id) if callable(v) else v for v in columns.values()))
+        for gpu_id in gpu_ids
+        for ago in range(minutes, -1, -1)
+    ]
+    statement = sql.SQL(
+        "INSERT INTO gpu_sample (ts, gpu_id, up, {}) VALUES (now() - make_interval(mins => %s), %s, true, {})"
+    )
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        cur.executemany(
+            statement.format(
+                sql.SQL(", ").join(map(sql.Identifier, columns)), sql.SQL(", ").join(sql.Placeholder() * len(columns))
+            ),
+            rows,
+        )
+        cur.execute(
+            "INSERT INTO rollup_dirty_minute (bucket) SELECT DISTINCT date_trunc('minute', ts) FROM gpu_sample"
+            " ON CONFLICT DO NOTHING"
+        )
+    asyncio.run(_roll_up(dsn))
+
+
+async def _roll_up(dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        while await rollups.roll_up(conn):
+            pass
+
+
+def allocate(dsn: str, job: str, gpu_ids: list[int], started_min_ago: float, user: str = "hiro") -> None:
+    """A running job holding these GPUs since `started_min_ago` minutes."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO job_allocation (job_id, username, node_id, gpu_id, started_at, last_seen)"
+            " SELECT %s, %s, node_id, gpu_id, now() - make_interval(mins => %s), now() FROM gpu"
+            " WHERE gpu_id = ANY(%s)",
+            (job, user, started_min_ago, gpu_ids),
         )

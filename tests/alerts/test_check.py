@@ -46,7 +46,7 @@ def test_the_command_checks_a_file_on_its_own_private_database(
     rules = tmp_path / "rules.yaml"
     rules.write_text(default_rules_text())
     assert main(["alerts", "check", str(rules)]) == 0
-    assert "6 groups, 19 rules: OK" in capsys.readouterr().out
+    assert "7 groups, 20 rules: OK" in capsys.readouterr().out
 
 
 def test_the_command_reports_every_problem(adsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
