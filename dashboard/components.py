@@ -70,6 +70,11 @@ def node_href(node: str, gpu: int | str | None = None) -> str:
     return f"/node/{quote(node, safe='')}" + ("" if gpu is None else f"?gpu={quote(str(gpu), safe='')}")
 
 
+def rack_href(rack: str, range_key: str | None = None) -> str:
+    """The power page on one rack ("cluster/rack"): its nodes and the jobs on them."""
+    return "/power" + query_string({"rack": rack, "range": range_key})
+
+
 def job_href(job_id: str) -> str:
     return f"/jobs/{quote(job_id, safe='')}"
 

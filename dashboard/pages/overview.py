@@ -22,6 +22,7 @@ from gpuscope.dashboard.components import (
     nothing,
     query_params,
     query_string,
+    rack_href,
 )
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import heatmap_figure, message_figure, rack_power_figure
@@ -215,7 +216,7 @@ def _subject(line: Concern) -> list[Any]:
     if line.kind == "node":
         return [dcc.Link(line.key, href=node_href(line.key)), ": "]
     if line.kind == "rack":
-        return [dcc.Link(line.key, href="/power"), " "]
+        return [dcc.Link(line.key, href=rack_href(line.key)), " "]
     return []
 
 

@@ -32,11 +32,6 @@ def match(pathname: str) -> dict[str, str] | None:
     return {} if pathname == "/power" else None
 
 
-def rack_href(rack: str, range_key: str | None = None) -> str:
-    """The power page on one rack ("cluster/rack")."""
-    return "/power" + query_string({"rack": rack, "range": range_key})
-
-
 def layout(ctx: Context, search: str, **_: str) -> html.Div:
     range_key = query_params(search).get("range", "6h")
     return html.Div(

@@ -26,8 +26,8 @@ from tests.dashboard.helpers import dashboard_over_collector
 from tests.processes import RunningCollector
 
 HISTORY_S, STEP_S = 2400, 30
-RACKS = {"rack-1": ("pw-a1", "pw-a2"), "rack-2": ("pw-b1",)}
-WATTS = {"pw-a1": 600.0, "pw-a2": 300.0, "pw-b1": 100.0}  # per GPU, 4 GPUs a node
+RACKS = {"rack-1": ("pw-a1", "pw-a2"), "rack-2": ("pw-b1",), "rack-3": ("pw-c1",)}
+WATTS = {"pw-a1": 600.0, "pw-a2": 300.0, "pw-b1": 100.0, "pw-c1": 650.0}  # per GPU of 700 W, 4 GPUs a node
 JOB = ("train-9", "erin", "pw-a1")  # runs on pw-a1 only
 
 
@@ -87,6 +87,17 @@ def test_a_click_on_a_racks_bar_opens_its_nodes_and_jobs(dashboard: str, browser
     screenshot(browser, "power-rack-view")
     job_link.click()
     wait_until(browser, lambda: f"/jobs/{JOB[0]}" in browser.current_url, 10, "the job's page")
+
+
+def test_the_overviews_rack_near_budget_opens_that_rack(dashboard: str, browser: Any) -> None:
+    open_page(browser, dashboard + "/")
+    link = wait_until(
+        browser, lambda: browser.find_element("css selector", "#attention-list a[href*='rack']"), 20, "the rack's line"
+    )
+    assert link.text == "pw/rack-3" and link.get_attribute("href").endswith("/power?rack=pw%2Frack-3")
+    link.click()
+    view = wait_until(browser, lambda: browser.find_element("id", "rack-view"), 10, "the rack's view")
+    assert view.find_element("tag name", "h3").text.startswith("Rack pw/rack-3 now: 2.6 kW of its 2.8 kW budget (93%)")
 
 
 def test_an_unknown_rack_says_so(dashboard: str, browser: Any) -> None:
