@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from dash import html
 
 from gpuscope.collector import query
+from gpuscope.collector.query.idle_gpus import IDLE_FOR
 from gpuscope.collector.store.rollups import SETTLE
 from gpuscope.dashboard.components import MUTED
 
@@ -30,6 +31,11 @@ NO_SAMPLES = "no samples of its GPUs in the store for the time it ran (exporter 
 NO_POWER = "its GPUs reported neither an energy counter nor power while it ran"
 NO_ENERGY_MIG = "not measured on MIG devices: the board's power is shared by all its slices"
 ONE_GPU = "not judged: the straggler detector compares each GPU with its peers, and this job has one"
+ENDED = "it has ended: it holds no GPU now"
+TOO_YOUNG_FOR_IDLE = (
+    f"not judged yet: a GPU counts as idle after {IDLE_FOR.total_seconds() / 60:.0f} minutes under "
+    f"{query.IDLE_BELOW_PCT:.0f}% utilisation, and this job has run less"
+)
 
 
 def gap(reason: str) -> html.Span:

@@ -1,6 +1,7 @@
 """A job's page, its efficiency: how well it used what it held, in numbers and in words (GPU-hours, tensor
 and SM activity, idle share, energy, peak memory, stragglers), where it ran (each node and GPU linked to
-its page), and each GPU's own means."""
+its page), and each GPU's own means, temperature and clock. Its GPU-hours are the job row's, computed once
+per read: the page's header shows the same figure (pages/job.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from dash import dcc, html
 
 from gpuscope.collector import query
+from gpuscope.collector.query.job_thermals import Thermals
 from gpuscope.dashboard import job_gaps
 from gpuscope.dashboard.components import BORDER, MUTED, node_href, styled_table
 from gpuscope.dashboard.job_data import JobEfficiencyData
@@ -44,7 +46,7 @@ def efficiency(loaded: JobEfficiencyData, now: datetime | None = None) -> html.D
         _tile("gpu-hours", gpu_hours(job.gpu_hours), "GPU-hours", _held(job, now)),
         _percent_tile("tensor", "tensor active", usage.mean_tensor_active_pct, job, "tensor cores busy, mean"),
         _percent_tile("sm", "SM active", usage.mean_sm_active_pct, job, "SMs with work, mean"),
-        _idle_tile(eff),
+        _idle_tile(eff, job),
         _energy_tile(eff, job),
         _memory_tile(eff.peak_memory),
         _straggler_tile(active, loaded.stragglers, loaded.judged),
@@ -74,18 +76,26 @@ def nodes_and_gpus(gpus: list[query.JobGpu]) -> html.Ul:
     return html.Ul(items, id="job-nodes", style={"margin": "0.2em 0", "columns": "3 24em"})
 
 
-def gpu_table(gpus: list[query.JobGpu]) -> html.Div:
-    """Each GPU the job held with its own means: a low one is where to look."""
+GPU_HEADER = [
+    "node", "GPU", "UUID", "held from (UTC)", "until", "util (%)", "SM active (%)", "tensor active (%)",
+    "temperature, mean / max (°C)", "SM clock, mean (MHz)",
+]  # fmt: skip
+NO_THERMALS = "no temperature or clock in its rolled-up minutes (too recent, or not reported by the GPU)"
+
+
+def gpu_table(gpus: list[query.JobGpu], thermals: dict[tuple[int, datetime], Thermals] | None = None) -> html.Div:
+    """Each GPU the job held with its own means, temperature and clock: a low one, a hot one, a slow one
+    is where to look. `thermals`: (GPU id, held from) -> its temperature and clock."""
     reasons: list[str] = []
-    rows = [_gpu_row(held, reasons) for held in gpus]
-    header = ["node", "GPU", "UUID", "held from (UTC)", "until", "util (%)", "SM active (%)", "tensor active (%)"]
+    rows = [_gpu_row(held, (thermals or {}).get((held.gpu.gpu_id, held.started_at)), reasons) for held in gpus]
+    header = GPU_HEADER
     table = styled_table(
         [html.Thead(html.Tr([html.Th(h, style=CELL) for h in header])), html.Tbody(rows)], "job-gpus-table"
     )
     return html.Div([html.H3("Each GPU"), table, job_gaps.legend(reasons)])
 
 
-def _gpu_row(held: query.JobGpu, reasons: list[str]) -> html.Tr:
+def _gpu_row(held: query.JobGpu, heat: Thermals | None, reasons: list[str]) -> html.Tr:
     def value(mean: float | None, metric: str) -> Any:
         if mean is None:
             reason = job_gaps.why_no_usage(held.usage, metric, held.started_at, held.mig is not None)
@@ -104,8 +114,23 @@ def _gpu_row(held: query.JobGpu, reasons: list[str]) -> html.Tr:
         value(held.usage.mean_util_pct, "util"),
         value(held.usage.mean_sm_active_pct, "sm_active"),
         value(held.usage.mean_tensor_active_pct, "tensor"),
+        *_thermal_cells(heat, reasons),
     ]
     return html.Tr([html.Td(c, style=CELL) for c in cells])
+
+
+def _thermal_cells(heat: Thermals | None, reasons: list[str]) -> list[Any]:
+    if heat is None or heat.mean_temp_c is None or heat.max_temp_c is None:
+        temperature: Any = gap(NO_THERMALS)
+        reasons.append(NO_THERMALS)
+    else:
+        temperature = f"{heat.mean_temp_c:.0f} / {heat.max_temp_c:.0f}"
+    if heat is None or heat.mean_sm_clock_mhz is None:
+        clock: Any = gap(NO_THERMALS)
+        reasons.append(NO_THERMALS)
+    else:
+        clock = f"{heat.mean_sm_clock_mhz:.0f}"
+    return [temperature, clock]
 
 
 def _tile(key: str, value: Any, label: str, detail: Any) -> html.Div:
@@ -146,14 +171,19 @@ def _percent_tile(key: str, label: str, mean: float | None, job: query.JobRow, d
     return _tile(key, f"{mean:.0f} %", label, detail)
 
 
-def _idle_tile(eff: query.JobEfficiency) -> html.Div:
+def _idle_tile(eff: query.JobEfficiency, job: query.JobRow) -> html.Div:
     share = eff.idle_share
     label = "idle while allocated"
     if share is None:
         return _tile("idle", gap(job_gaps.TOO_RECENT), label, "no rolled-up minute with activity yet")
-    detail = (
-        f"{gpu_hours(eff.idle_gpu_hours)} of {gpu_hours(eff.measured_gpu_hours)} GPU-hours under "
-        f"{query.IDLE_BELOW_PCT:.0f}% utilisation"
+    # The share is of the GPU time measured, which trails the GPU-hours held: say so, not a second total.
+    detail = html.Span(
+        f"{gpu_hours(eff.idle_gpu_hours)} of the {gpu_hours(eff.measured_gpu_hours)} GPU-hours measured were under "
+        f"{query.IDLE_BELOW_PCT:.0f}% utilisation",
+        title=f"Measured: the rolled-up minutes with a utilisation (or SM activity) reading. Of the "
+        f"{gpu_hours(job.gpu_hours)} GPU-hours held, the rest is the newest minutes (rolled up about 3 minutes "
+        "after they end) and minutes without a reading.",
+        className="idle-measured",
     )
     return _tile("idle", f"{share:.0%}", label, detail)
 
@@ -220,7 +250,7 @@ def _in_words(loaded: JobEfficiencyData, now: datetime, active: list[query.Strag
         words.append(sentence[0].upper() + sentence[1:] + ".")
     if eff.idle_share is not None:
         words.append(
-            f"{eff.idle_share:.0%} of its GPU time ({gpu_hours(eff.idle_gpu_hours)} GPU-hours) was idle, "
+            f"{eff.idle_share:.0%} of its measured GPU time ({gpu_hours(eff.idle_gpu_hours)} GPU-hours) was idle, "
             f"under {query.IDLE_BELOW_PCT:.0f}% utilisation."
         )
     if eff.energy_j is not None:

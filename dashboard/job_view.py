@@ -1,14 +1,16 @@
-"""What the jobs list shows, as its URL says: ?state=running&range=24h&user=alice&q=llama&sort=-gpu_hours.
-A shared address opens the same view. Filters and sorting are applied here, to the jobs loaded."""
+"""What the jobs list shows, as its URL says: ?state=running&range=24h&user=alice&q=llama&sort=-gpu_hours,
+and &straggler=1 (only jobs with a straggler in the range) or &idle=1 (only jobs holding idle GPUs now). A
+shared address opens the same view. Filters and sorting are applied here, to the jobs loaded."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuscope.collector import query
+from gpuscope.collector.query.idle_gpus import IDLE_FOR
 from gpuscope.dashboard import time_ranges
 from gpuscope.dashboard.components import query_params, query_string
 from gpuscope.dashboard.sorting import SortedView, next_sort
@@ -18,16 +20,37 @@ QUERY_STATES: dict[str, query.JobState] = {"running": "running", "ended": "finis
 
 
 @dataclass(frozen=True)
+class Found:
+    """What the list found about a job beyond its row."""
+
+    slowdown: float | None = None  # its worst straggler's, in the range; None: none found
+    idle_gpus: int | None = None  # GPUs it holds idle now; None: not judged (ended, or younger than IDLE_FOR)
+
+
+@dataclass(frozen=True)
 class Column:
     key: str  # in ?sort=
     header: str  # with its unit
     explains: str  # the header's hover text
-    value: Callable[[query.JobRow, float | None], Any]  # the sort value; None sorts last either way
+    value: Callable[[query.JobRow, Found], Any]  # the sort value; None sorts last either way
     descending_first: bool  # numbers: the largest first on the first click
 
 
-def _straggler(_: query.JobRow, slowdown: float | None) -> float | None:
-    return slowdown
+def _straggler(_: query.JobRow, found: Found) -> float | None:
+    return found.slowdown
+
+
+def _idle(_: query.JobRow, found: Found) -> int | None:
+    return found.idle_gpus
+
+
+def judged_for_idle(job: query.JobRow, now: datetime | None = None) -> bool:
+    """Whether the idle test can hold: running, and held its GPUs for IDLE_FOR at least."""
+    return job.running and (now or datetime.now(UTC)) - job.started_at >= IDLE_FOR
+
+
+# What "idle" means, wherever a page says it.
+IDLE_WORDS = f"under {query.IDLE_BELOW_PCT:.0f}% utilisation for {IDLE_FOR.total_seconds() / 60:.0f} minutes and more"
 
 
 COLUMNS = (
@@ -74,6 +97,7 @@ COLUMNS = (
     ),
     Column("started", "started (UTC)", "when it first held a GPU", lambda j, _: j.started_at, True),
     Column("straggler", "straggler", "the worst straggler found in the range", _straggler, True),
+    Column("idle", "idle GPUs", f"GPUs it holds now {IDLE_WORDS} (the GpuIdleInJob alert's test)", _idle, True),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
 
@@ -86,6 +110,8 @@ class JobsView(SortedView):
     namespace: str = ""
     text: str = ""  # in the job id, workload or pod names, any case
     sort: str = ""  # a column key, "-" first for descending; "": running first, then the most recent
+    straggler: bool = False  # only jobs with a straggler in the range
+    idle: bool = False  # only jobs holding idle GPUs now
 
     @classmethod
     def from_search(cls, search: str | None) -> JobsView:
@@ -100,6 +126,8 @@ class JobsView(SortedView):
             namespace=params.get("namespace", ""),
             text=params.get("q", "").strip(),
             sort=sort if sort.lstrip("-") in BY_KEY else "",
+            straggler=params.get("straggler") == "1",
+            idle=params.get("idle") == "1",
         )
 
     def search(self) -> str:
@@ -111,6 +139,8 @@ class JobsView(SortedView):
                 "namespace": self.namespace,
                 "q": self.text,
                 "sort": self.sort,
+                "straggler": "1" if self.straggler else "",
+                "idle": "1" if self.idle else "",
             }
         )
 
@@ -120,31 +150,51 @@ class JobsView(SortedView):
 
     @property
     def filtered(self) -> bool:
-        return bool(self.user or self.namespace or self.text)
+        return bool(self.user or self.namespace or self.text or self.straggler or self.idle)
 
 
-def pick(view: JobsView, jobs: list[query.JobRow]) -> list[query.JobRow]:
-    """The jobs matching the view's free text (user and namespace are filtered by the query)."""
-    if not view.text:
-        return jobs
+def pick(
+    view: JobsView,
+    jobs: list[query.JobRow],
+    stragglers: Mapping[str, Sequence[Any]] | None = None,
+    idle: Mapping[str, Sequence[Any]] | None = None,
+) -> list[query.JobRow]:
+    """The jobs matching the view's free text and flags: with a straggler (`stragglers`: job_id -> those
+    found), holding idle GPUs (`idle`: job_id -> those). User and namespace are filtered by the query."""
     needle = view.text.casefold()
 
     def hit(job: query.JobRow) -> bool:
+        if view.straggler and not (stragglers or {}).get(job.job_id):
+            return False
+        if view.idle and not (idle or {}).get(job.job_id):
+            return False
         names = [job.job_id, job.workload or "", *(job.pods or [])]
-        return any(needle in name.casefold() for name in names)
+        return not needle or any(needle in name.casefold() for name in names)
 
     return [job for job in jobs if hit(job)]
 
 
-def order(view: JobsView, jobs: list[query.JobRow], slowdowns: dict[str, float]) -> list[query.JobRow]:
+def found(job: query.JobRow, slowdowns: dict[str, float], idle: Mapping[str, Sequence[Any]] | None = None) -> Found:
+    """What the list found about `job`: its worst slowdown, how many GPUs it holds idle (if judged)."""
+    held_idle = len((idle or {}).get(job.job_id, ())) if judged_for_idle(job) else None
+    return Found(slowdowns.get(job.job_id), held_idle)
+
+
+def order(
+    view: JobsView,
+    jobs: list[query.JobRow],
+    slowdowns: dict[str, float],
+    idle: Mapping[str, Sequence[Any]] | None = None,
+) -> list[query.JobRow]:
     """The jobs in the view's order; the store's (running first, most recent first) when none is set.
     Missing values sort last whichever way."""
     if not view.sort_key:
         return jobs
     column = BY_KEY[view.sort_key]
-    known = [j for j in jobs if column.value(j, slowdowns.get(j.job_id)) is not None]
-    unknown = [j for j in jobs if column.value(j, slowdowns.get(j.job_id)) is None]
-    known.sort(key=lambda j: _comparable(column.value(j, slowdowns.get(j.job_id))), reverse=view.descending)
+    values = {j.job_id: column.value(j, found(j, slowdowns, idle)) for j in jobs}
+    known = [j for j in jobs if values[j.job_id] is not None]
+    unknown = [j for j in jobs if values[j.job_id] is None]
+    known.sort(key=lambda j: _comparable(values[j.job_id]), reverse=view.descending)
     return known + unknown
 
 

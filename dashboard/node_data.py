@@ -1,6 +1,7 @@
 """What the node page says is wrong with a node, and since when: its jobs, XID errors with what each calls
-for, GPU memory (ECC, row remapping), NVLink, InfiniBand ports, energy, clock slowdowns, temperatures and
-stragglers, loaded in one short read per refresh, and the findings an operator should act on first."""
+for, GPU memory (ECC, row remapping), NVLink, InfiniBand ports, energy, clock slowdowns, temperatures,
+stragglers and GPUs a job holds idle, loaded in one short read per refresh, and the findings an operator
+should act on first."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any, Literal, TypeVar
 from psycopg_pool import ConnectionPool
 
 from gpuscope.collector import query
+from gpuscope.collector.query.idle_gpus import IdleGpu, idle_gpus
 from gpuscope.dashboard.data import time_range
+from gpuscope.dashboard.job_view import IDLE_WORDS
 from gpuscope.exporter.xid_messages import xid_message
 
 NVLINK_MAX_POINTS = 240
@@ -115,6 +118,7 @@ class NodeHealth:
     nvlink: query.NvlinkSeries
     throttling: dict[int, query.Throttling] = field(default_factory=dict)  # GPU id ->
     stragglers: list[query.StragglerRow] = field(default_factory=list)  # active now, on this node
+    idle: list[IdleGpu] = field(default_factory=list)  # GPUs of this node a running job holds idle now
 
 
 HEALTH_SPAN = timedelta(hours=24)
@@ -146,6 +150,7 @@ def load_node_health(pool: ConnectionPool[Any], node: str, range_key: str) -> No
             throttling=query.throttling(conn, ids, window, max(bucket, SLOWDOWN_BUCKET_S)),
             # The detector's stragglers are few (one per slowed job at most): pick this node's here.
             stragglers=[s for s in query.stragglers(conn, window, active_only=True) if s.node == node],
+            idle=idle_gpus(conn, node=node, since_from=window.start),
         )
 
 
@@ -170,6 +175,7 @@ STRAGGLER_ACTIONS = {
     "slow_host": f"{WAITS}: check the node's CPUs, storage and data loading",
 }
 UNKNOWN_STRAGGLER = f"{WAITS}: compare it with its peers on the job's page"
+RELEASE = "Ask its owner whether the job still needs them; if not, release them for other work"
 
 
 @dataclass(frozen=True)
@@ -205,7 +211,7 @@ def plural(count: float, noun: str) -> str:
 def findings(health: NodeHealth) -> list[Finding]:
     """What needs an operator on this node, the most severe first, then the newest."""
     found = _gpu_findings(health) + _slowdown_findings(health) + _straggler_findings(health.stragglers)
-    found += _xid_findings(health.xids) + _port_findings(health.ports)
+    found += _xid_findings(health.xids) + _port_findings(health.ports) + _idle_findings(health.idle)
     newest_first = sorted(found, key=lambda f: f.since.timestamp() if f.since else 0.0, reverse=True)
     return sorted(newest_first, key=lambda f: f.severity != "critical")
 
@@ -351,3 +357,37 @@ def _port_findings(ports: list[query.PortHealth]) -> list[Finding]:
             last = max((use.last_rise for _, use in errors if use.last_rise), default=None)
             found.append(Finding("warning", name, what, first, CHECK_COUNTERS, last))
     return found
+
+
+def _idle_findings(idle: list[IdleGpu]) -> list[Finding]:
+    """One finding per job holding GPUs of the node idle: which GPUs, since when (the earliest of them)."""
+    by_job: dict[str, list[IdleGpu]] = {}
+    for gpu in idle:
+        by_job.setdefault(gpu.job_id, []).append(gpu)
+    found = []
+    for job_id, gpus in by_job.items():
+        numbers = [g.gpu_index for g in gpus]
+        subject = f"GPU{'s' if len(numbers) > 1 else ''} {indices(numbers)}"
+        owner = f" ({gpus[0].user})" if gpus[0].user else ""
+        starts = [g.idle_since for g in gpus]
+        since = None if None in starts else min(s for s in starts if s is not None)
+        what = f"held idle by job {job_id}{owner}: {IDLE_WORDS}"
+        found.append(Finding("warning", subject, what, since, RELEASE, job_id=job_id))
+    return found
+
+
+def indices(values: Sequence[int]) -> str:
+    """GPU indices as runs: [0, 1, 2, 3, 6] -> '0-3, 6'."""
+    runs: list[list[int]] = []
+    for i in sorted(values):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs) or "-"
+
+
+def node_known(pool: ConnectionPool[Any], node: str) -> bool:
+    """Whether any GPU or InfiniBand port of `node` is in the inventory: its page has something to show."""
+    with pool.connection() as conn:
+        return bool(query.select_gpus(conn, node=node) or query.select_ports(conn, nodes=[node]))

@@ -18,12 +18,14 @@ from gpuscope.collector import query
 from gpuscope.collector.query.arrays import nan_to_none
 from gpuscope.dashboard.components import MUTED, ago, banner, job_href, styled_table
 from gpuscope.dashboard.figures import message_figure, plain
+from gpuscope.dashboard.node_colours import gpu_line
 from gpuscope.dashboard.node_data import (
     IB_ACTIVE,
     OVER_TEMPERATURE_C,
     Finding,
     NodeHealth,
     Xid,
+    indices,
     plural,
     port_name,
     state_words,
@@ -69,7 +71,7 @@ def findings_panel(found: list[Finding]) -> html.Div:
         return banner(
             "Nothing needs an operator in this range: no hardware XID, no uncorrectable ECC error, no pending or "
             "failed row remap, every InfiniBand port Active without errors, every GPU answering, none held down "
-            f"by heat or power or at {OVER_TEMPERATURE_C:.0f} °C and above, no straggler.",
+            f"by heat or power or at {OVER_TEMPERATURE_C:.0f} °C and above, no straggler, no GPU held idle by a job.",
             "info",
         )
     by_subject: dict[str, list[Finding]] = {}
@@ -123,17 +125,6 @@ def jobs_panel(jobs: list[query.NodeJob]) -> html.Div | dmc.Table:
         link = dcc.Link(job.job_id, href=f"/jobs/{quote(job.job_id, safe='')}")
         rows.append(([link, owner, state, f"{utc(job.started_at)} UTC ({ago(job.started_at)})", gpus], None))
     return rows_table(["job", "user", "state", "on this node since", "GPUs"], rows, "node-jobs-table")
-
-
-def indices(values: Sequence[int]) -> str:
-    """GPU indices as runs: [0, 1, 2, 3, 6] -> '0-3, 6'."""
-    runs: list[list[int]] = []
-    for i in sorted(values):
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs) or "-"
 
 
 def xid_panel(xids: list[Xid]) -> html.Div | dmc.Table:
@@ -300,6 +291,7 @@ def nvlink_figure(gpus: list[query.GpuHealth], series: query.NvlinkSeries, revis
                 "mode": "lines",
                 "x": series.times,
                 "name": name,
+                "line": gpu_line(g.gpu.gpu_index),  # as on the page's other charts, whichever GPUs are drawn
                 "y": nan_to_none((series.tx[i] + series.rx[i]) / GB),
                 "hovertemplate": f"{plain(name)}<br>%{{x}}<br>%{{y:.1f}} GB/s<extra></extra>",
             }

@@ -1,6 +1,8 @@
 """One job (/jobs/<id>): who ran it, how well it used its GPUs (GPU-hours, activity, idle share, energy, peak
 memory, stragglers: dashboard/job_summary.py), its nodes and GPUs linked to their pages, its own GPU
-heatmap with the straggler marked, the cause, the evidence and the estimated slowdown."""
+heatmap with each straggler marked from its onset to its end, the cause, the evidence and the estimated
+slowdown. The header and the summary come from one read, so they say the same GPU-hours. A job the
+store does not know gets one message and the way back."""
 
 from __future__ import annotations
 
@@ -10,14 +12,16 @@ from urllib.parse import unquote
 
 from dash import Dash, Input, Output, State, dcc, html
 
+from gpuscope.collector import query
 from gpuscope.dashboard import data, job_gaps
-from gpuscope.dashboard.components import ago, banner, guarded, nothing, query_params, table
+from gpuscope.dashboard.components import ago, banner, guarded, node_href, nothing, query_params, table
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import METRICS, Mark, heatmap_figure, message_figure
-from gpuscope.dashboard.job_data import load_job_efficiency
+from gpuscope.dashboard.job_data import job_known, load_job_efficiency
 from gpuscope.dashboard.job_gaps import gap
 from gpuscope.dashboard.job_summary import efficiency, gpu_table
 from gpuscope.dashboard.job_table import gpu_hours
+from gpuscope.dashboard.not_found import not_found
 
 TITLE = "Job"
 JOB_METRICS = ("tensor_active_pct", "sm_active_pct", "util_pct", "power_w", "temp_c")
@@ -32,6 +36,10 @@ def match(pathname: str) -> dict[str, str] | None:
 
 
 def layout(ctx: Context, search: str, job_id: str = "", **_: str) -> html.Div:
+    # Unreachable database: the page as usual, whose callbacks say so.
+    if not guarded(lambda _message: True)(job_known)(ctx.pool, job_id):
+        message = f"No job {job_id!r} in the telemetry: no GPU was ever allocated to it (or it is past retention)."
+        return not_found(f"Job {job_id}", message, "/jobs", "all jobs")
     params = query_params(search)
     metric = params.get("metric") if params.get("metric") in JOB_METRICS else "tensor_active_pct"
     return html.Div(
@@ -59,23 +67,24 @@ def layout(ctx: Context, search: str, job_id: str = "", **_: str) -> html.Div:
 
 def register(app: Dash, ctx: Context) -> None:
     def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), nothing(), message_figure(message), nothing()
+        return nothing(), message_figure(message), banner(message, "error")
 
     @app.callback(
+        Output("job-summary", "children"),
         Output("job-efficiency", "children"),
         Output("job-gpus", "children"),
         Input("job-efficiency-refresh", "n_intervals"),
         State("job-id", "data"),
     )
-    @guarded(lambda message: (banner(message, "error"), nothing()))
-    def summarise(_: int | None, job_id: str) -> tuple[Any, Any]:
+    @guarded(lambda message: (banner(message, "error"), nothing(), nothing()))
+    def summarise(_: int | None, job_id: str) -> tuple[Any, Any, Any]:
+        # One read for the header and the summary: each figure computed once, the same in both.
         loaded = load_job_efficiency(ctx.pool, job_id)
-        if loaded is None:
-            return nothing(), nothing()  # the summary above says there is no such job
-        return efficiency(loaded), gpu_table(loaded.gpus)
+        if loaded is None:  # gone since the page opened (retention)
+            return banner(f"No job {job_id!r} in the store any more.", "empty"), nothing(), nothing()
+        return header(loaded.job), efficiency(loaded), gpu_table(loaded.gpus, loaded.thermals)
 
     @app.callback(
-        Output("job-summary", "children"),
         Output("job-mig", "children"),
         Output("job-heatmap", "figure"),
         Output("job-stragglers", "children"),
@@ -87,33 +96,37 @@ def register(app: Dash, ctx: Context) -> None:
     def refresh(_: int | None, metric: str, job_id: str) -> tuple[Any, ...]:
         loaded = data.load_job(ctx.pool, job_id, metric, "6h")
         if loaded.job is None:
-            message = f"No job {job_id!r} in the store."
-            return banner(message, "empty"), nothing(), message_figure(message), nothing()
-        job = loaded.job
-        owner: list[Any] = ["user ", job.user or gap(job_gaps.NO_USER)]
-        if job.namespace:  # Kubernetes: whose pods these are
-            pods = ", ".join(job.pods or [])
-            workload = job.workload or gap(job_gaps.NO_WORKLOAD)
-            owner = ["namespace ", job.namespace, " · ", workload, " · pods ", pods or gap(job_gaps.NO_PODS)]
-        held = _count(job.gpus, "GPU")
-        if job.mig_devices:  # slices of GPUs, not the GPUs
-            held = f"{_count(job.mig_devices, 'MIG device')} of {_count(job.gpus, 'GPU')}"
-        summary = [
-            *owner,
-            f" · {held} on {_count(len(job.nodes), 'node')} · "
-            f"{'running since' if job.running else 'ran from'} {job.started_at:%Y-%m-%d %H:%M} UTC"
-            f"{'' if job.running else f' to {job.ended_at:%H:%M}'} · {gpu_hours(job.gpu_hours)} GPU-hours",
-        ]
+            return nothing(), message_figure(f"No job {job_id!r} in the store."), nothing()
         marks = []
         for straggler in loaded.stragglers:
             for index, row in enumerate(loaded.grid.rows):
                 if row.node == straggler.node and (straggler.gpu is None or row.gpu == straggler.gpu):
                     state = "now" if straggler.ended_at is None else f"ended {ago(straggler.ended_at)}"
-                    marks.append(
-                        Mark(index, f"straggler: {straggler.cause}, ~{straggler.slowdown:.0%} slower ({state})")
-                    )
+                    words = f"straggler: {straggler.cause}, ~{straggler.slowdown:.0%} slower ({state})"
+                    # From its onset to its end, or to now while it lasts: not the job's whole row.
+                    marks.append(Mark(index, words, straggler.started_at, straggler.ended_at))
         figure = heatmap_figure(loaded.grid, revision=f"job-{job_id}-{metric}", marks=marks)
-        return html.P(summary), _mig_devices(loaded.mig), figure, _stragglers(loaded.stragglers)
+        return _mig_devices(loaded.mig), figure, _stragglers(loaded.stragglers)
+
+
+def header(job: query.JobRow) -> html.P:
+    """Who ran it, on what, when, and its GPU-hours."""
+    owner: list[Any] = ["user ", job.user or gap(job_gaps.NO_USER)]
+    if job.namespace:  # Kubernetes: whose pods these are
+        pods = ", ".join(job.pods or [])
+        workload = job.workload or gap(job_gaps.NO_WORKLOAD)
+        owner = ["namespace ", job.namespace, " · ", workload, " · pods ", pods or gap(job_gaps.NO_PODS)]
+    held = _count(job.gpus, "GPU")
+    if job.mig_devices:  # slices of GPUs, not the GPUs
+        held = f"{_count(job.mig_devices, 'MIG device')} of {_count(job.gpus, 'GPU')}"
+    return html.P(
+        [
+            *owner,
+            f" · {held} on {_count(len(job.nodes), 'node')} · "
+            f"{'running since' if job.running else 'ran from'} {job.started_at:%Y-%m-%d %H:%M} UTC"
+            f"{'' if job.running else f' to {job.ended_at:%H:%M}'} · {gpu_hours(job.gpu_hours)} GPU-hours",
+        ]
+    )
 
 
 def _mig_devices(held: list[Any]) -> Any:
@@ -184,8 +197,8 @@ def _stragglers(found: list[Any]) -> Any:
         return banner("No straggler found in this job.", "empty")
     rows = [
         [
-            s.culprit if s.node is None else s.node,
-            "-" if s.gpu is None else s.gpu,
+            s.culprit if s.node is None else dcc.Link(s.node, href=node_href(s.node)),
+            "-" if s.gpu is None or s.node is None else dcc.Link(f"GPU {s.gpu}", href=node_href(s.node, s.gpu)),
             "-" if s.nic is None else f"{s.nic}/{s.port}",
             s.cause,
             f"{s.slowdown:.0%}",

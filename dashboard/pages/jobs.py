@@ -1,5 +1,6 @@
-"""Jobs (/jobs): running and recent jobs with size, GPU-hours, efficiency and a straggler flag; filtered by
-state, user, namespace and text, sorted by any column, all of it in the URL (dashboard/job_view.py)."""
+"""Jobs (/jobs): running and recent jobs with size, GPU-hours, efficiency, a straggler flag and the GPUs
+each holds idle; filtered by state, user, namespace, text, a straggler or idle GPUs, sorted by any column,
+all of it in the URL (dashboard/job_view.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from gpuscope.dashboard.components import MUTED, banner, guarded
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.job_data import load_jobs_list
 from gpuscope.dashboard.job_table import jobs_table
-from gpuscope.dashboard.job_view import STATES, JobsView, order, pick
+from gpuscope.dashboard.job_view import IDLE_WORDS, STATES, JobsView, order, pick
 
 TITLE = "Jobs"
 INLINE = {"display": "inline-block", "marginRight": "1.5em", "verticalAlign": "middle"}
+FLAGS = {"straggler": "with a straggler", "idle": "holding idle GPUs"}  # JobsView's fields, as ?straggler=1
 
 
 def match(pathname: str) -> dict[str, str] | None:
@@ -52,6 +54,13 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
                         placeholder="any namespace",
                         style={**INLINE, "width": "12em"},
                     ),
+                    dcc.Checklist(
+                        id="jobs-flags",
+                        options=[{"label": label, "value": key} for key, label in FLAGS.items()],
+                        value=_flags(view),
+                        inline=True,
+                        style=INLINE,
+                    ),
                     dcc.Input(
                         id="jobs-text",
                         value=view.text,
@@ -86,16 +95,19 @@ def register(app: Dash, ctx: Context) -> None:
         loaded = load_jobs_list(ctx.pool, view)
         users = sorted({*loaded.owners.users, *([view.user] if view.user else [])})
         namespaces = sorted({*loaded.owners.namespaces, *([view.namespace] if view.namespace else [])})
-        shown = pick(view, loaded.jobs)
+        shown = pick(view, loaded.jobs, loaded.stragglers, loaded.idle)
         if not shown:
             empty = "No jobs match these filters." if view.filtered else "No jobs in this range."
+            if view.idle:  # the overview counts GPUs idle now; a job is flagged once they stayed idle
+                empty += f" A job is flagged once its GPUs have been {IDLE_WORDS}."
             return banner(empty, "empty"), "", users, namespaces
         slowdowns = {job_id: max(s.slowdown for s in found) for job_id, found in loaded.stragglers.items()}
         count = f"{len(shown)} job{'' if len(shown) == 1 else 's'}"
         if loaded.truncated:
             count += f" (only the {len(loaded.jobs)} most recent: narrow the range or pick a user)"
         count += " · click a header to sort, a user or namespace to filter by it; hover a '-' for why it is empty"
-        return jobs_table(view, order(view, shown, slowdowns), loaded.stragglers), count, users, namespaces
+        table = jobs_table(view, order(view, shown, slowdowns, loaded.idle), loaded.stragglers, loaded.idle)
+        return table, count, users, namespaces
 
     @app.callback(
         Output("url", "search", allow_duplicate=True),
@@ -104,11 +116,18 @@ def register(app: Dash, ctx: Context) -> None:
         Input("jobs-user", "value"),
         Input("jobs-namespace", "value"),
         Input("jobs-text", "value"),
+        Input("jobs-flags", "value"),
         State("url", "search"),
         prevent_initial_call=True,
     )
     def share(
-        state: str, range_key: str, user: str | None, namespace: str | None, text: str | None, search: str
+        state: str,
+        range_key: str,
+        user: str | None,
+        namespace: str | None,
+        text: str | None,
+        flags: list[str] | None,
+        search: str,
     ) -> Any:
         now = JobsView.from_search(search)
         view = replace(
@@ -118,6 +137,8 @@ def register(app: Dash, ctx: Context) -> None:
             user=user or "",
             namespace=namespace or "",
             text=(text or "").strip(),
+            straggler="straggler" in (flags or []),
+            idle="idle" in (flags or []),
         )
         return no_update if view == now else view.search()
 
@@ -127,18 +148,24 @@ def register(app: Dash, ctx: Context) -> None:
         Output("jobs-user", "value"),
         Output("jobs-namespace", "value"),
         Output("jobs-text", "value"),
+        Output("jobs-flags", "value"),
         Input("url", "search"),
         State("jobs-state", "value"),
         State("jobs-range", "value"),
         State("jobs-user", "value"),
         State("jobs-namespace", "value"),
         State("jobs-text", "value"),
+        State("jobs-flags", "value"),
         prevent_initial_call=True,
     )
     def follow(search: str | None, *shown: Any) -> tuple[Any, ...]:
         """The controls follow the address when a link (a user, a header, back) changed it."""
         view = JobsView.from_search(search)
-        wanted = (view.state, view.range_key, view.user or None, view.namespace or None, view.text)
+        wanted = (view.state, view.range_key, view.user or None, view.namespace or None, view.text, _flags(view))
         return tuple(
             no_update if (now or None) == (want or None) else want for want, now in zip(wanted, shown, strict=True)
         )
+
+
+def _flags(view: JobsView) -> list[str]:
+    return [key for key in FLAGS if getattr(view, key)]

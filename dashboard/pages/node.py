@@ -1,6 +1,7 @@
 """Node and GPU detail (/node/<name>?gpu=N): what needs an operator and since when, the jobs on it, XID
 errors with what each calls for, GPU memory (ECC, row remapping), InfiniBand ports, NVLink and energy;
-then every metric over time, clock-event reasons and events."""
+then every metric over time (of GPU N only, with ?gpu=N), clock-event reasons and events. A node the
+inventory does not know gets one message and the way back."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from dash import Dash, Input, Output, State, callback_context, dcc, html
 from dash.exceptions import PreventUpdate
 
 from gpuscope.dashboard import data, node_panels, time_ranges
-from gpuscope.dashboard.components import banner, guarded, nothing, query_params, query_string, table
+from gpuscope.dashboard.components import banner, guarded, node_href, nothing, query_params, query_string, table
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import message_figure, nic_figure, series_figure
-from gpuscope.dashboard.node_data import REASONS, findings, load_node_health
+from gpuscope.dashboard.node_data import REASONS, findings, load_node_health, node_known
+from gpuscope.dashboard.not_found import not_found
 
 TITLE = "Node"
 # The health panels read raw samples (counters have no rollups): a long range is read again about every
@@ -29,13 +31,18 @@ def match(pathname: str) -> dict[str, str] | None:
 
 
 def layout(ctx: Context, search: str, node: str = "", **_: str) -> html.Div:
+    # Unreachable database: the page as usual, whose callbacks say so.
+    if not guarded(lambda _message: True)(node_known)(ctx.pool, node):
+        message = f"No node {node!r} in the telemetry: no GPU or InfiniBand port of it has reported."
+        return not_found(f"Node {node}", message, "/", "the overview")
     params = query_params(search)
     gpu = params.get("gpu", "")
     range_key = params.get("range") or "1h"
     range_key = range_key if time_ranges.valid(range_key) else "1h"
     return html.Div(
         [
-            html.H2(f"Node {node}" + (f", GPU {gpu}" if gpu else ""), id="node-title"),
+            html.H2(title(node, gpu), id="node-title"),
+            html.Div(scope(node, gpu), id="node-scope"),
             dcc.Store(id="node-name", data=node),
             dcc.Store(id="node-gpu", data=gpu),
             time_ranges.picker("node-range", range_key),
@@ -79,16 +86,21 @@ def register(app: Dash, ctx: Context) -> None:
         Output("node-events", "children"),
         Input("refresh", "n_intervals"),
         Input("node-range", "value"),
+        Input("node-gpu", "data"),
         State("node-name", "data"),
-        State("node-gpu", "data"),
     )
     @guarded(unreachable)
-    def refresh(_: int | None, range_key: str, node: str, gpu: str) -> tuple[Any, ...]:
+    def refresh(_: int | None, range_key: str, gpu: str, node: str) -> tuple[Any, ...]:
         index = int(gpu) if gpu and gpu.isdigit() else None
+        no_gpu = f"No GPU {gpu!r} on node {node!r}: its GPUs are numbered from 0 (see all of them above)."
+        if gpu and index is None:
+            return banner(no_gpu, "error"), nothing(), message_figure(no_gpu), message_figure(no_gpu), nothing()
         loaded = data.load_node(ctx.pool, node, index, range_key)
         if loaded is None:
             message = f"No node {node!r} in the inventory."
             return banner(message, "empty"), nothing(), message_figure(message), message_figure(message), nothing()
+        if index is not None and not loaded.series.rows:
+            return banner(no_gpu, "error"), nothing(), message_figure(no_gpu), message_figure(no_gpu), nothing()
         revision = f"node-{node}-{gpu}-{range_key}"
         reasons = [[f"GPU {i}", decode_reasons(bits)] for i, bits in sorted(loaded.latest_reasons.items())]
         events = [
@@ -149,6 +161,22 @@ def register(app: Dash, ctx: Context) -> None:
         )
 
     @app.callback(
+        Output("node-gpu", "data"),
+        Output("node-title", "children"),
+        Output("node-scope", "children"),
+        Input("url", "search"),
+        State("node-gpu", "data"),
+        State("node-name", "data"),
+        prevent_initial_call=True,
+    )
+    def follow(search: str | None, shown: str, node: str) -> tuple[Any, ...]:
+        """A link on the page to another of its GPUs, or to all of them, changes the address only."""
+        gpu = query_params(search).get("gpu", "")
+        if gpu == shown:
+            raise PreventUpdate
+        return gpu, title(node, gpu), scope(node, gpu)
+
+    @app.callback(
         Output("url", "search", allow_duplicate=True),
         Input("node-range", "value"),
         State("node-gpu", "data"),
@@ -156,6 +184,17 @@ def register(app: Dash, ctx: Context) -> None:
     )
     def share(range_key: str, gpu: str) -> str:
         return query_string({"gpu": gpu, "range": range_key})
+
+
+def title(node: str, gpu: str) -> str:
+    return f"Node {node}" + (f", GPU {gpu}" if gpu else "")
+
+
+def scope(node: str, gpu: str) -> Any:
+    """On one GPU: the way to all of the node's."""
+    if not gpu:
+        return nothing()
+    return dcc.Link(f"show all GPUs of {node}", href=node_href(node), id="node-all-gpus")
 
 
 def health_due(ticks: int | None, range_key: str, refresh_ms: int) -> bool:

@@ -136,7 +136,7 @@ PAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     (path("/jobs/", LINK, "?metric=util_pct"), (f"{LINK}/{BOLD}/gpu1",), (f"Job {LINK}", f"user {BOLD}")),
     (path("/node/", LINK, "?range=15m"), (f"{LINK}/{LINK}:1",), (f"Node {LINK}",)),
     (path("/node/", BOLD, "?gpu=1&range=15m"), (f"{BOLD}/{BOLD}:1",), (f"Node {BOLD}, GPU 1",)),
-    (path("/node/", GONE), (f"No node {GONE!r} in the inventory.",), (f"No node {GONE!r}",)),
+    (path("/node/", GONE), (), (f"Node {GONE}", f"No node {GONE!r} in the telemetry")),
     ("/alerts", (), (f"node={LINK}", BOLD)),
 )
 

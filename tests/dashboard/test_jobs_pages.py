@@ -78,7 +78,7 @@ def test_every_dash_on_the_jobs_list_says_why(cluster: Cluster, browser: Any) ->
     headers = [th.text for th in table.find_elements("css selector", "th")]
     assert headers == [
         "job", "user", "namespace", "workload", "state", "nodes", "GPUs", "GPU-hours", "util (%)",
-        "SM active (%)", "tensor active (%)", "started (UTC)", "straggler",
+        "SM active (%)", "tensor active (%)", "started (UTC)", "straggler", "idle GPUs",
     ]  # fmt: skip
     found = rows(browser)
     assert set(found) == ALL_JOBS
