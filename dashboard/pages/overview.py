@@ -129,7 +129,13 @@ def headline(overview: data.OverviewData, firing: int, range_key: str) -> list[A
     stragglers = len(overview.attention.stragglers)
     cards = [
         _card("activity", "activity of working GPUs", _activity(summary), "SM activity (tensor cores)"),
-        _card("stragglers", "stragglers", str(stragglers), "jobs slowed by one of their GPUs, NICs or hosts", "/jobs"),
+        _card(
+            "stragglers",
+            "stragglers",
+            str(stragglers),
+            "jobs slowed by one of their GPUs, NICs or hosts",
+            "/jobs?straggler=1",
+        ),
         _card("energy", f"energy, {_range_words(range_key)}", _energy(overview.energy_kwh, summary.total_power_w), ""),
         _card("running-jobs", "running jobs", str(summary.running_jobs), "", "/jobs"),
         _card("firing-alerts", "firing alerts", str(firing), "", "/alerts"),
@@ -232,7 +238,9 @@ def _cause(line: Concern, cause: Cause) -> list[Any]:
         count = f" ({many} alerts)" if many > 1 else ""
         return [name, f"{count}: ", item.annotations.get("summary", "")]
     if cause.name == "straggler":
-        culprit: Any = item.culprit if item.node is None else dcc.Link(item.culprit, href=node_href(item.node))
+        culprit: Any = (
+            item.culprit if item.node is None else dcc.Link(item.culprit, href=node_href(item.node, item.gpu))
+        )
         return ["straggler ", culprit, f", {item.cause}, about {item.slowdown:.0%} slower"]
     if line.kind == "rack":
         return [f"draws {item.current_kw:.1f} kW, {item.share:.0%} of its {item.budget_kw:g} kW budget"]

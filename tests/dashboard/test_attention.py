@@ -108,3 +108,12 @@ def test_gpus_idle_in_several_jobs_lead_to_the_jobs_holding_idle_gpus() -> None:
     link = _state_link("idle", ["9 idle in a job"], SimpleNamespace(idle_jobs=["a", "b"]))  # type: ignore[arg-type]
     assert link.href == "/jobs?idle=1"
     assert _state_link("free", ["3 free"], SimpleNamespace(idle_jobs=["a"])) == ["3 free"]  # type: ignore[arg-type]
+
+
+def test_a_straggler_leads_to_its_gpu_and_the_card_to_the_jobs_with_one(dashboard: str, browser: Any) -> None:
+    open_page(browser, dashboard)
+    (line,) = lines_naming(browser, "straggler")
+    culprit = line.find_element("css selector", f"a[href*='/node/{cluster.TRAINING_NODE}']")
+    assert culprit.get_attribute("href").endswith(f"/node/{cluster.TRAINING_NODE}?gpu=1"), "the GPU, not the node"
+    card = browser.find_element("css selector", "#stragglers a.card-link")
+    assert card.get_attribute("href").endswith("/jobs?straggler=1"), "the jobs with a straggler, not all jobs"
