@@ -32,12 +32,13 @@ def usage_json(report: UsageReport) -> dict[str, Any]:
         "by": report.by,
         "currency": report.currency,
         "computed_to": report.computed_to,
+        "hours_only": [{"start": span.start, "end": span.end} for span in report.hours_only],
         "rows": rows,
         "totals": {**report.totals.as_json(), "jobs": report.jobs},
     }
 
 
-def job_json(report: JobReport) -> dict[str, Any]:
+def job_json(report: JobReport, currency: str | None = None) -> dict[str, Any]:
     return {
         "job": report.job,
         "user": report.user,
@@ -48,6 +49,7 @@ def job_json(report: JobReport) -> dict[str, Any]:
         "end": report.end,
         "gpus": report.gpus,
         **report.figures.as_json(),
+        "currency": currency,
         "per_gpu": [
             {"node": g.node, "gpu": g.gpu, "mig_profile": g.mig_profile, "model": g.model, "start": g.start,
              "end": g.end, "allocated_hours": g.allocated_hours, "active_hours": g.active_hours,
@@ -70,8 +72,10 @@ def reports_router(rates: Rates) -> APIRouter:
     @router.get("/usage", dependencies=[Depends(require_read_token)])
     def get_usage(pool: ReadPoolDep, span: TimeRangeDep, by: Dimension = "user") -> dict[str, Any]:
         """GPU-hours allocated, active (SM activity where the GPU has it: see active_basis) and held idle,
-        energy, cost and carbon by `by`, over the whole hours covering the range (start and end say which).
-        Rows hold every job, so they add up to the totals; a job without the key is in the row keyed null."""
+        energy, cost and carbon by `by`, over the range to the minute (start and end say which). Where the
+        minute rollups at an edge are gone (past their retention), that edge counts its whole hour from the
+        hourly figures: `hours_only` lists those hours, and start or end takes the hour's edge. Rows hold every
+        job, so they add up to the totals; a job without the key is in the row keyed null."""
         with pool.connection() as conn:
             return usage_json(usage_report(conn, span, by, rates))
 
@@ -84,7 +88,7 @@ def reports_router(rates: Rates) -> APIRouter:
             report = job_report(conn, job_id, rates)
         if report is None:
             raise HTTPException(404, f"no job {job_id!r}")
-        return job_json(report)
+        return job_json(report, rates.currency)
 
     @router.get("/stragglers", dependencies=[Depends(require_read_token)])
     def get_straggler_cost(pool: ReadPoolDep, span: TimeRangeDep, by: CostDimension = "job") -> dict[str, Any]:

@@ -69,7 +69,7 @@ def job_text(report: dict[str, Any]) -> str:
         f"  GPU-hours: {f['gpu_hours_allocated']:.2f} allocated, {f['gpu_hours_active']:.2f} active"
         f" ({basis.get(f['active_basis'], 'no activity readings')}), {f['gpu_hours_idle']:.2f} held idle",
         f"  Energy: {f['energy_kwh']:.2f} kWh   CO2: {f['co2_kg']:.2f} kg   Cost: "
-        + ("no price configured" if f["cost"] is None else f"{f['cost']:.2f}"),
+        + ("no price configured" if f["cost"] is None else _money(f["cost"], f.get("currency"))),
         "-" * 78,
         f"  {'node':<16} {'gpu':>4} {'util %':>7} {'SM %':>6} {'tensor %':>8} {'mem max':>9} {'power W':>8}"
         f" {'kWh':>7} {'idle h':>7}",
@@ -99,21 +99,31 @@ def _run_usage(args: argparse.Namespace) -> int:
     if refused(response):
         return 1
     body = response.json()
-    if args.json:
-        print(json.dumps(body, indent=2))
-        return 0
-    print(f"{body['start']} to {body['end']}, by {body['by']}")
-    print(
-        f"{args.by:<24} {'jobs':>6} {'allocated':>10} {'active':>9} {'idle':>9} {'kWh':>9} {'CO2 kg':>8} {'cost':>10}"
+    print(json.dumps(body, indent=2) if args.json else usage_text(body))
+    return 0
+
+
+def usage_text(body: dict[str, Any]) -> str:
+    """The usage report as a table: the window counted (and the edges counted as whole hours, where the
+    minute rollups are gone), a line per key, then all; the cost in the site's currency, as the page says it."""
+    lines = [f"{body['start']} to {body['end']}, by {body['by']}"]
+    lines += [
+        f"whole hours only from {span['start']} to {span['end']}: the minute rollups there are past their retention"
+        for span in body.get("hours_only", [])
+    ]
+    cost_header = f"cost ({one_line(body['currency'])})" if body.get("currency") else "cost"
+    lines.append(
+        f"{body['by']:<24} {'jobs':>6} {'allocated':>10} {'active':>9} {'idle':>9} {'kWh':>9} {'CO2 kg':>8}"
+        f" {cost_header:>10}"
     )
     for row in [*body["rows"], {**body["totals"], "key": "(all)"}]:
         cost = "-" if row["cost"] is None else f"{row['cost']:.2f}"
         key = one_line(row["key"])[:24]
-        print(
+        lines.append(
             f"{key:<24} {row['jobs']:>6} {row['gpu_hours_allocated']:>10.1f} {row['gpu_hours_active']:>9.1f}"
             f" {row['gpu_hours_idle']:>9.1f} {row['energy_kwh']:>9.1f} {row['co2_kg']:>8.1f} {cost:>10}"
         )
-    return 0
+    return "\n".join(lines)
 
 
 def _run_grid_load(args: argparse.Namespace) -> int:
@@ -131,7 +141,8 @@ def _run_grid_load(args: argparse.Namespace) -> int:
 
 
 def read_grid_csv(path: Path) -> list[dict[str, Any]]:
-    """'TIME,G_PER_KWH' lines (a header line is skipped); a bad line is refused with its number."""
+    """'TIME,G_PER_KWH' lines (a header line is skipped); a bad line is refused with its number, and a file
+    without a value (empty, only a header) as a whole."""
     points = []
     with path.open(encoding="utf-8", newline="") as handle:
         for number, row in enumerate(csv.reader(handle), start=1):
@@ -147,7 +158,13 @@ def read_grid_csv(path: Path) -> list[dict[str, Any]]:
             if at.tzinfo is None:
                 raise ValueError(f"line {number}: the time needs a UTC offset, e.g. 2026-11-20T12:00:00Z")
             points.append({"ts": at.isoformat(), "g_per_kwh": value})
+    if not points:  # loading nothing is a mistake worth saying (an empty export, the wrong file)
+        raise ValueError("no grid intensity values in it: expected lines TIME,G_PER_KWH")
     return points
+
+
+def _money(amount: float, currency: str | None) -> str:
+    return f"{amount:.2f}" + (f" {one_line(currency)}" if currency else "")
 
 
 def _pct(value: float | None) -> str:

@@ -78,7 +78,8 @@ def job_report(
     if span is None or span[0] is None:
         return None
     start, end, running = span
-    rows = conn.execute(PER_GPU_SELECT, usage_params(start, end, now, job_id)).fetchall()
+    # Planned per call (collector/store/usage.py says why): pooled connections would otherwise prepare it.
+    rows = conn.execute(PER_GPU_SELECT, usage_params(start, end, now, job_id), prepare=False).fetchall()
     memory = dict(conn.execute(_MEMORY, {"job": job_id, "now": now}).fetchall())
     grid = conn.execute(_GRID, {"job": job_id, "grid": rates.grid_g_per_kwh, "start": start}).fetchone()
     g_per_kwh = grid[0] if grid and grid[0] is not None else grid[1] if grid else rates.grid_g_per_kwh

@@ -114,12 +114,15 @@ _HELD = "greatest(0, extract(epoch FROM least(a.a_hi, %(hi)s) - greatest(a.a_lo,
 
 USAGE_CTES = "WITH " + ", ".join((_ALLOC, _MINUTE, _RUNS, _ENERGY, _PER_ALLOCATION))
 
-# One row per job and model (and the job's user, account, partition, namespace) for the hour `lo`.
-HOUR_INSERT = (
-    USAGE_CTES  # noqa: S608 (constants only; values are parameters)
-    + " INSERT INTO usage_1h (bucket, job_id, model, username, account, partition, namespace, gpus, allocated_s,"
-    "   measured_s, active_s, active_sm_s, tensor_s, tensor_measured_s, idle_s, energy_j, energy_counter_s)"
-    " SELECT %(lo)s, a.job_id, a.model, a.username, a.account, a.partition, a.namespace,"
+# usage_1h's columns, in the order HOUR_ROWS gives them.
+USAGE_COLUMNS = (
+    "bucket", "job_id", "model", "username", "account", "partition", "namespace", "gpus", "allocated_s", "measured_s",
+    "active_s", "active_sm_s", "tensor_s", "tensor_measured_s", "idle_s", "energy_j", "energy_counter_s",
+)  # fmt: skip
+# One row per job and model (and the job's user, account, partition, namespace) over [lo, hi), as usage_1h
+# keeps them: the hour's rows, or a part of an hour that a usage report computes afresh (collector/query).
+_HOUR_SELECT = (
+    " SELECT %(lo)s, a.job_id, a.model, a.username, a.account, a.partition, a.namespace,"  # noqa: S608 (constants)
     "   sum(a.share * " + _HELD + ") / 3600, sum(a.share * " + _HELD + "),"
     "   coalesce(sum(a.share * u.measured_s), 0), coalesce(sum(a.share * u.active_s), 0),"
     "   coalesce(sum(a.share * u.active_sm_s), 0), coalesce(sum(a.share * u.tensor_s), 0),"
@@ -128,6 +131,8 @@ HOUR_INSERT = (
     " FROM alloc a LEFT JOIN per_allocation u USING (allocation_id)"
     " GROUP BY a.job_id, a.model, a.username, a.account, a.partition, a.namespace"
 )
+HOUR_ROWS = USAGE_CTES + _HOUR_SELECT
+HOUR_INSERT = USAGE_CTES + f" INSERT INTO usage_1h ({', '.join(USAGE_COLUMNS)})" + _HOUR_SELECT
 # One job's allocations over its whole life, each with its node and GPU: the jobstats report.
 PER_GPU_SELECT = (
     USAGE_CTES  # noqa: S608 (constants only)
@@ -167,7 +172,9 @@ async def compute_hour(conn: AsyncConnection[Any], hour: datetime, now: datetime
         if not (locked and locked[0]):
             return False
         await conn.execute("DELETE FROM usage_1h WHERE bucket = %s", (hour,))
-        await conn.execute(HOUR_INSERT, usage_params(hour, hour + timedelta(hours=1), now))
+        # Never a prepared statement: after five runs on one connection psycopg prepares it, PostgreSQL may
+        # settle on a generic plan for it, and one such plan took 250 s against 0.6 s planned per call.
+        await conn.execute(HOUR_INSERT, usage_params(hour, hour + timedelta(hours=1), now), prepare=False)
         await conn.execute(
             "INSERT INTO usage_hour (bucket, computed_at, final) VALUES (%s, %s, %s)"
             " ON CONFLICT (bucket) DO UPDATE SET computed_at = EXCLUDED.computed_at, final = EXCLUDED.final",

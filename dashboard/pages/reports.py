@@ -1,5 +1,5 @@
-"""Reports (/reports?range=7d&by=account&sort=-idle): GPU usage accounting over whole hours, as the collector
-counts it in usage_1h (collector/query/usage.py): per user, account, partition, namespace, GPU model or job,
+"""Reports (/reports?range=7d&by=account&sort=-idle): GPU usage accounting over the range to the minute, as the
+collector counts it (collector/query/usage.py): per user, account, partition, namespace, GPU model or job,
 the GPU-hours allocated, doing work and held idle, the energy, its cost at the site's prices (--reports-config)
 and its carbon. Totals, a chart of the largest keys, a table of all of them sorted by any column (in the URL),
 and that table as CSV or Parquet."""
@@ -292,9 +292,17 @@ def register(app: Dash, ctx: Context) -> None:
 
 
 def _status(report: UsageReport) -> html.Div:
-    span_words = f"Whole hours from {report.start:%Y-%m-%d %H:%M} to {report.end:%Y-%m-%d %H:%M} UTC"
+    span_words = f"From {report.start:%Y-%m-%d %H:%M} to {report.end:%Y-%m-%d %H:%M} UTC"
     counted = f", counted up to {report.computed_to.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if report.computed_to else ""
-    return html.Div(span_words + counted, style={"color": MUTED})
+    hours_only = [
+        html.Div(
+            f"Whole hours only from {span.start:%Y-%m-%d %H:%M} to {span.end:%Y-%m-%d %H:%M} UTC:"
+            " the minute rollups there are past their retention",
+            className="reports-hours-only",
+        )
+        for span in report.hours_only
+    ]
+    return html.Div([html.Div(span_words + counted), *hours_only], style={"color": MUTED})
 
 
 def hours(value: float) -> str:
@@ -358,7 +366,7 @@ def key_label(key: str | None) -> str:
 
 def chart(report: UsageReport) -> go.Figure:
     """The largest keys by GPU-hours allocated, each bar split into active, idle and the rest of the time
-    held (partly busy, or not measured); the largest on top."""
+    held (partly busy, short pauses, or not measured); the largest on top."""
     top = list(reversed(report.rows[:CHART_KEYS]))
     labels = [plain(key_label(r.key)) for r in top]
     parts = {
@@ -368,7 +376,13 @@ def chart(report: UsageReport) -> go.Figure:
             max(0.0, r.figures.gpu_hours_allocated - r.figures.gpu_hours_active - r.figures.gpu_hours_idle) for r in top
         ],
     }
-    names = {"active": "active", "idle": "idle", "rest": "rest of allocated"}
+    # "rest" is the time held that was neither active nor idle: named for what it holds, not left to guess.
+    names = {"active": "active", "idle": "idle", "rest": "rest: partly busy, short pauses, unmeasured"}
+    hovers = {
+        **names,
+        "rest": "held, neither active nor idle: the unused share of partly busy GPUs, pauses under 30 minutes,"
+        " time without an activity reading",
+    }
     figure = go.Figure(
         [
             go.Bar(
@@ -377,7 +391,7 @@ def chart(report: UsageReport) -> go.Figure:
                 name=names[part],
                 orientation="h",
                 marker_color=COLOURS[part],
-                hovertemplate=f"%{{y}}<br>%{{x:.2f}} GPU-h {names[part]}<extra></extra>",
+                hovertemplate=f"%{{y}}<br>%{{x:.2f}} GPU-h {hovers[part]}<extra></extra>",
             )
             for part, values in parts.items()
         ]
