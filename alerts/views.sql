@@ -154,14 +154,21 @@ JOIN public.node n USING (node_id)
 JOIN public.gpu g ON g.gpu_id = a.gpu_id
 LEFT JOIN public.mig_device m ON m.mig_id = a.mig_id;
 
--- Stragglers found by the detector; gpu is NULL when the culprit is a node or its NIC.
+-- Stragglers found by the detector; gpu is NULL when the culprit is a node or its NIC, node too when
+-- the finding is about the whole job (slowed by the fabric, or by another job's traffic: aggressor_job).
+-- culprit: where, in the pages' words ("node-005 GPU 5", "node-005 NIC mlx5_2 port 1", "the fabric").
 CREATE VIEW alerting.stragglers AS
-SELECT s.straggler_id, s.job_id, n.cluster, n.rack, n.name AS node, g.gpu_index AS gpu, g.uuid,
-       s.cause, s.slowdown::float8 AS slowdown, s.evidence, s.started_at, s.declared_at, s.ended_at,
-       s.ended_at IS NULL AS active
+SELECT s.straggler_id, s.job_id, coalesce(n.cluster, s.cluster) AS cluster, n.rack, n.name AS node,
+       g.gpu_index AS gpu, g.uuid, s.cause, s.slowdown::float8 AS slowdown, s.evidence, s.started_at,
+       s.declared_at, s.ended_at, s.ended_at IS NULL AS active, s.aggressor_job,
+       CASE WHEN n.name IS NULL THEN coalesce('job ' || s.aggressor_job || '''s traffic', 'the fabric')
+            WHEN g.gpu_index IS NOT NULL THEN n.name || ' GPU ' || g.gpu_index
+            WHEN p.device IS NOT NULL THEN n.name || ' NIC ' || p.device || ' port ' || p.port
+            ELSE n.name END AS culprit
 FROM public.straggler s
-JOIN public.node n USING (node_id)
-LEFT JOIN public.gpu g ON g.gpu_id = s.gpu_id;
+LEFT JOIN public.node n USING (node_id)
+LEFT JOIN public.gpu g ON g.gpu_id = s.gpu_id
+LEFT JOIN public.ib_port p ON p.port_id = s.port_id;
 
 -- When each node's exporter last pushed, and its usual push interval (smoothed).
 CREATE VIEW alerting.exporters AS

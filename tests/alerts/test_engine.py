@@ -174,6 +174,11 @@ def test_the_default_rules_find_what_is_wrong(adsn: str) -> None:
             " VALUES ('j1', (SELECT node_id FROM node WHERE name = 'n1'), %s, 'thermal', 0.2, now(), now())",
             (gpus[0],),
         )
+        # A whole job slowed by another job's traffic: no node, GPU or port of its own.
+        conn.execute(
+            "INSERT INTO straggler (job_id, node_id, cluster, cause, slowdown, started_at, declared_at, aggressor_job)"
+            " VALUES ('j2', NULL, 'test', 'fabric', 0.3, now(), now(), 'j9')"
+        )
     engine = AlertEngine(parse_rules(default_rules_text()), None)
     results = run(_cycle(adsn, engine, dt.datetime.now(dt.UTC)))
     assert [r.error for r in results if r.error] == []
@@ -183,6 +188,7 @@ def test_the_default_rules_find_what_is_wrong(adsn: str) -> None:
         ("GpuOverTemperature", "n1", "0", "pending"),
         ("GpuThermalThrottling", "n1", "0", "pending"),
         ("JobStraggler", "n1", "0", "firing"),
+        ("JobStraggler", None, None, "firing"),
         ("GpuEccUncorrectable", "n1", "1", "firing"),
         ("NvlinkErrorsIncreasing", "n1", "1", "firing"),
         ("GpuLost", "n1", "2", "firing"),
@@ -198,5 +204,10 @@ def test_the_default_rules_find_what_is_wrong(adsn: str) -> None:
         if i.alertname == "GpuXidError"
     }
     assert xids == {"79": ("critical", 1.0), "13": ("warning", 3.0)}
+    summaries = sorted(i.annotations["summary"] for i in engine.instances.values() if i.alertname == "JobStraggler")
+    assert summaries == [
+        "Job j1 is about 20% slower because of n1 GPU 0 (thermal)",
+        "Job j2 is about 30% slower because of job j9's traffic (fabric)",
+    ]
     ecc = next(i for i in engine.instances.values() if i.alertname == "GpuEccUncorrectable")
     assert ecc.value == 2 and ecc.labels["severity"] == "critical"
