@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from gpuscope.collector.query.range_keys import PRESETS_S, checked_key
 from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
 from gpuscope.health.model import State
 
@@ -26,7 +28,9 @@ def add_parser(commands: Any) -> None:
     status.add_argument("--state", choices=(*STATES, HELD), help="only nodes in this state, or held by an operator")
     status.add_argument("--all", action="store_true", help="list healthy nodes too (default: the others only)")
     history = sub.add_parser("history", help="the audit trail: transitions and scheduler actions")
-    history.add_argument("--minutes", type=_minutes, default=24 * 60, help="how far back (default 1440: a day)")
+    window = history.add_mutually_exclusive_group()
+    window.add_argument("--minutes", type=_minutes, default=24 * 60, help="how far back (default 1440: a day)")
+    window.add_argument("--range", type=_range, help=f"as in the UI: {', '.join(PRESETS_S)}, or FROM..TO in UTC")
     hold = sub.add_parser("hold", help="hold a node: gpuscope neither drains nor resumes it")
     release = sub.add_parser("release", help="lift a hold")
     for p in (hold, release):
@@ -39,6 +43,13 @@ def add_parser(commands: Any) -> None:
         p.add_argument("--token-file", type=Path, help="read token (status, history) or admin token (hold, release)")
         p.add_argument("--json", action="store_true", help="print the API's JSON")
         p.set_defaults(run=_run)
+
+
+def _range(text: str) -> str:
+    try:
+        return checked_key(text, timedelta(minutes=MAX_MINUTES))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _minutes(text: str) -> int:
@@ -88,7 +99,7 @@ def _ask(client: Any, base: str, args: argparse.Namespace) -> list[Any]:
         params = {k: v for k, v in (("cluster", args.cluster), ("state", state)) if v}
         return [client.get(f"{base}/nodes", params=params)]
     if args.health_command == "history":
-        span = {"minutes": args.minutes}
+        span: dict[str, Any] = {"range": args.range} if args.range else {"minutes": args.minutes}
         return [client.get(f"{base}/transitions", params=span), client.get(f"{base}/actions", params=span)]
     path = f"{base}/nodes/{quote(args.cluster, safe='')}/{quote(args.node, safe='')}/hold"
     if args.health_command == "hold":
@@ -114,15 +125,15 @@ def _words(args: argparse.Namespace, bodies: list[Any]) -> str:
             lines += [f"    {e['at']}  {e['severity']:<9} {e['detail']}" for e in node["evidence"][:5]]
         return "\n".join(lines)
     if args.health_command == "history":
-        return _history(args.minutes, bodies[0], bodies[1])
+        return _history(f"range {args.range}" if args.range else f"the last {args.minutes} min", bodies[0], bodies[1])
     body = bodies[0]
     return f"{body['cluster']}/{body['node']}: " + (f"held by {body['held_by']}" if body["held_by"] else "hold lifted")
 
 
-def _history(minutes: int, transitions: list[dict[str, Any]], actions: list[dict[str, Any]]) -> str:
+def _history(window: str, transitions: list[dict[str, Any]], actions: list[dict[str, Any]]) -> str:
     """The two parts of the audit trail, each under a heading that says what it is."""
     if not transitions and not actions:
-        return f"nothing happened in the last {minutes} min"
+        return f"nothing happened in {window}"
     lines = [f"Transitions (state changes), newest first: {len(transitions)}"]
     lines += [f"  {t['at']}  {t['cluster']}/{t['node']}  {t['from']} -> {t['to']}  ({t['actor']}): {t['reason']}"
               for t in transitions] or ["  none"]  # fmt: skip

@@ -7,11 +7,12 @@ import argparse
 import csv
 import json
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from gpuscope.collector.query.range_keys import PRESETS_S, checked_key
 from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
 from gpuscope.reports.text import one_line
 from gpuscope.reports.verdicts import verdicts
@@ -29,7 +30,9 @@ def add_parser(commands: Any) -> None:
     sub = reports.add_subparsers(dest="reports_command", required=True, metavar="ACTION")
     usage = sub.add_parser("usage", help="usage by user, account, partition, namespace, model or job")
     usage.add_argument("--by", choices=DIMENSIONS, default="user", help="group by (default user)")
-    usage.add_argument("--days", type=float, default=7, help="the last N days (default 7)")
+    window = usage.add_mutually_exclusive_group()
+    window.add_argument("--days", type=float, default=7, help="the last N days (default 7)")
+    window.add_argument("--range", type=_range, help=f"as in the UI: {', '.join(PRESETS_S)}, or FROM..TO in UTC")
     _client_options(usage, "read token")
     usage.set_defaults(run=_run_usage)
     grid = sub.add_parser("grid-load", help="load the grid's carbon intensity: CSV lines 'TIME,G_PER_KWH'")
@@ -89,11 +92,19 @@ def job_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _range(text: str) -> str:
+    try:
+        return checked_key(text, timedelta(days=800))  # the read API's longest range
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _run_usage(args: argparse.Namespace) -> int:
     if not 0 < args.days <= 800:
         print("--days must be more than 0 and at most 800", file=sys.stderr)
         return 2
-    params = {"by": args.by, "minutes": max(1, round(args.days * 1440))}
+    params: dict[str, Any] = {"by": args.by}
+    params |= {"range": args.range} if args.range else {"minutes": max(1, round(args.days * 1440))}
     with collector_client(args.collector, args.token_file, timeout_s=60) as client:
         response = client.get(f"{args.collector.rstrip('/')}/api/v1/reports/usage", params=params)
     if refused(response):

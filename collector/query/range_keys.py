@@ -45,3 +45,9 @@ def moment(text: str) -> datetime:
         raise ValueError(f"not a date and time: {text!r} (expected like {EXAMPLE})") from None
     except OverflowError:  # an offset that takes year 1 or 9999 out of datetime's range
         raise ValueError(f"not a date and time of telemetry: {text!r}") from None
+
+
+def checked_key(key: str, max_span: timedelta) -> str:
+    """`key` itself once it parses (a command line's --range, checked before any request); ValueError in words."""
+    parse_range(key, max_span)
+    return key

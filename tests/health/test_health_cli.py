@@ -112,3 +112,15 @@ def test_bad_minutes_are_refused_before_the_collector_is_asked(minutes: str, nee
 
 def test_the_longest_history_is_the_apis_longest_range() -> None:
     assert MAX_RANGE.total_seconds() // 60 == MAX_MINUTES
+
+
+def test_history_takes_the_uis_range_words(collector: RunningCollector) -> None:
+    """One vocabulary: the span the Health page's URL says (range=FROM..TO), also on the command line."""
+    span = f"{at(-3600):%Y-%m-%dT%H:%M}..{at(3600):%Y-%m-%dT%H:%M}"
+    history = health("history", "--range", span, collector=collector.url)
+    assert history.returncode == 0, history.stderr
+    assert history.stdout.splitlines()[0] == "Transitions (state changes), newest first: 1"
+    quiet = f"{at(-7200):%Y-%m-%dT%H:%M}..{at(-3600):%Y-%m-%dT%H:%M}"
+    empty = health("history", "--range", quiet, collector=collector.url)
+    assert empty.stdout.strip() == f"nothing happened in range {quiet}"
+    one_line_error(health("history", "--range", "99x"), "--range: unknown range '99x': one of 15m, 1h")

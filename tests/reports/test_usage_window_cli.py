@@ -6,6 +6,7 @@ page does, and a grid file without a value is refused."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -109,3 +110,14 @@ def test_grid_load_refuses_a_file_without_a_value(site: Site, tmp_path: Path, te
     assert done.returncode == 2 and done.stdout == "", done.stdout
     assert done.stderr.strip() == f"{grid}: no grid intensity values in it: expected lines TIME,G_PER_KWH"
     assert httpx.get(site.url + "/api/v1/reports/grid", timeout=10).json()["points"] == []
+
+
+def test_the_command_takes_the_uis_range_words(site: Site) -> None:
+    """The window the Reports page's URL says (range=FROM..TO), the same on the command line."""
+    span = f"{site.base + at(22, 13):%Y-%m-%dT%H:%M}..{site.base + at(24, 13):%Y-%m-%dT%H:%M}"
+    done = gpuscope("reports", "usage", "--range", span, "--json", "--collector", site.url)
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert (moment(body["start"]), moment(body["end"])) == (site.base + at(22, 13), site.base + at(24, 13))
+    bad = gpuscope("reports", "usage", "--range", "99x", "--collector", site.url)
+    assert bad.returncode == 2 and "--range: unknown range '99x'" in bad.stderr
