@@ -258,10 +258,7 @@ class HealthLoop:
             return
         if not task.done():
             return
-        outcome = self._validations.pop(row.node_id).result()
-        await store.record_action(
-            conn, now, row.node_id, "validate", self._scheduler_name, False, outcome.ok, outcome.detail
-        )
+        outcome = await self._validation_done(conn, row, now)
         if not outcome.ok:  # the quiet window starts again from this check
             await self._say(conn, row, f"{would}{WAITING}validation failed: {outcome.detail}", None)
             return
@@ -271,6 +268,14 @@ class HealthLoop:
         )
         words = "validated (dry run: nothing was drained, nothing resumed)"
         await self._move(conn, node, State.HEALTHY, words, now, report)
+
+    async def _validation_done(self, conn: AsyncConnection[Any], row: store.NodeRow, now: datetime) -> Outcome:
+        """The finished check's outcome, recorded as the node's validate action."""
+        outcome = self._validations.pop(row.node_id).result()
+        await store.record_action(
+            conn, now, row.node_id, "validate", self._scheduler_name, False, outcome.ok, outcome.detail
+        )
+        return outcome
 
     def _refusal(self, row: store.NodeRow) -> str | None:
         """Why the guard rails forbid draining this node now, or None."""
@@ -330,10 +335,7 @@ class HealthLoop:
                 return
             if not task.done():
                 return
-            outcome = self._validations.pop(row.node_id).result()
-            await store.record_action(
-                conn, now, row.node_id, "validate", self._scheduler_name, False, outcome.ok, outcome.detail
-            )
+            outcome = await self._validation_done(conn, row, now)
             if not outcome.ok:
                 await self._move(conn, node, State.DRAINED, f"validation failed: {outcome.detail}", now, report)
                 return
