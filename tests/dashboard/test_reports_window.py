@@ -10,21 +10,13 @@ from typing import Any
 
 import pytest
 
-from gpuscope.bench.browser import chromium, console_errors, open_page, wait_until
+from gpuscope.bench.browser import console_errors, open_page, wait_until
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.dashboard.pages import reports
 from gpuscope.dashboard_process import DashboardSettings
-from tests.conftest import new_database, require_tool
+from tests.conftest import new_database
 from tests.dashboard.helpers import running_dashboard
 from tests.reports.window_telemetry import RATES_YAML, at, drop_minutes_before, seed
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    require_tool("chromium")
-    require_tool("chromedriver")
-    with chromium() as driver:
-        yield driver
 
 
 @pytest.fixture(scope="module")
