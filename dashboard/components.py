@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, quote, urlencode
 
 import dash_mantine_components as dmc
 import psycopg
-from dash import dcc, html
+from dash import dcc, html, no_update
 from psycopg_pool import PoolTimeout
 
 from gpuscope.core.severity import SEVERITY_COLOURS, UNKNOWN_COLOUR
@@ -86,6 +86,17 @@ def query_params(search: str | None) -> dict[str, str]:
 
 def query_string(params: dict[str, Any]) -> str:
     return "?" + urlencode({k: v for k, v in params.items() if v not in (None, "")})
+
+
+def address_for(search: str | None, wanted: dict[str, Any], defaults: dict[str, Any]) -> Any:
+    """The query string a page's controls ask for, or no_update where the address already says it (with
+    the page's defaults filled in). Dash runs a new page's share callbacks once with the values its layout
+    drew from the address, prevent_initial_call or not: writing the address then is a no-op at best, and
+    at worst lands after a newer navigation (the search box's) and undoes it."""
+    said = {**{k: str(v) for k, v in defaults.items()}, **query_params(search)}
+    if all(said.get(k, "") == ("" if v is None else str(v)) for k, v in wanted.items()):
+        return no_update
+    return query_string(wanted)
 
 
 BANNER_COLOURS = {"error": "red", "empty": "gray", "info": "blue"}

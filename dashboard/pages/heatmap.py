@@ -15,7 +15,7 @@ import numpy as np
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from gpuscope.dashboard import data, time_ranges
-from gpuscope.dashboard.components import MUTED, banner, guarded, query_params, query_string
+from gpuscope.dashboard.components import MUTED, address_for, banner, guarded, query_params, query_string
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import METRICS, heatmap_figure, message_figure, unplain
 from gpuscope.dashboard.grid import Grid
@@ -129,10 +129,12 @@ def register(app: Dash, ctx: Context) -> None:
         Input("heatmap-metric", "value"),
         Input("heatmap-range", "value"),
         Input("heatmap-level", "value"),
+        State("url", "search"),
         prevent_initial_call=True,
     )
-    def share(metric: str, range_key: str, level: str) -> str:
-        return query_string({"metric": metric, "range": range_key, "level": level})
+    def share(metric: str, range_key: str, level: str, search: str | None) -> Any:
+        defaults = {"metric": DEFAULT_METRIC, "range": DEFAULT_RANGE, "level": "auto"}
+        return address_for(search, {"metric": metric, "range": range_key, "level": level}, defaults)
 
     @app.callback(
         Output("url", "pathname", allow_duplicate=True),

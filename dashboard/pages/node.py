@@ -12,7 +12,15 @@ from dash import Dash, Input, Output, State, callback_context, dcc, html
 from dash.exceptions import PreventUpdate
 
 from gpuscope.dashboard import data, node_panels, time_ranges
-from gpuscope.dashboard.components import banner, guarded, node_href, nothing, query_params, query_string, table
+from gpuscope.dashboard.components import (
+    address_for,
+    banner,
+    guarded,
+    node_href,
+    nothing,
+    query_params,
+    table,
+)
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import message_figure, nic_figure, series_figure
 from gpuscope.dashboard.node_data import REASONS, findings, load_node_health, node_known
@@ -180,10 +188,11 @@ def register(app: Dash, ctx: Context) -> None:
         Output("url", "search", allow_duplicate=True),
         Input("node-range", "value"),
         State("node-gpu", "data"),
+        State("url", "search"),
         prevent_initial_call=True,
     )
-    def share(range_key: str, gpu: str) -> str:
-        return query_string({"gpu": gpu, "range": range_key})
+    def share(range_key: str, gpu: str, search: str | None) -> Any:
+        return address_for(search, {"gpu": gpu, "range": range_key}, {"range": "1h"})
 
 
 def title(node: str, gpu: str) -> str:

@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import dash_mantine_components as dmc
-from dash import Dash, Input, Output, dcc, html
+from dash import Dash, Input, Output, State, dcc, html
 
 from gpuscope.dashboard import data, time_ranges
 from gpuscope.dashboard.alert_groups import Cause, Concern, concerns
 from gpuscope.dashboard.components import (
     MUTED,
+    address_for,
     ago,
     badge,
     banner,
@@ -35,7 +36,7 @@ def match(pathname: str) -> dict[str, str] | None:
 
 
 def layout(ctx: Context, search: str, **_: str) -> html.Div:
-    range_key = query_params(search).get("range", "1h")
+    range_key = query_params(search).get("range", DEFAULT_RANGE)
     return html.Div(
         [
             html.H2("Cluster overview"),
@@ -80,11 +81,17 @@ def register(app: Dash, ctx: Context) -> None:
 
 
 def _share(app: Dash) -> None:
-    @app.callback(Output("url", "search", allow_duplicate=True), Input("range", "value"), prevent_initial_call=True)
-    def share(range_key: str) -> str:
-        return query_string({"range": range_key})
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("range", "value"),
+        State("url", "search"),
+        prevent_initial_call=True,
+    )
+    def share(range_key: str, search: str | None) -> Any:
+        return address_for(search, {"range": range_key}, {"range": DEFAULT_RANGE})
 
 
+DEFAULT_RANGE = "1h"
 STATES = (  # id, label, colour, what it means
     ("working", "working", "#2e7d32", "in a job and active"),
     ("idle", "idle in a job", "#f9a825", "allocated, under 5% activity: wasted"),
@@ -260,4 +267,4 @@ def _cause_words(cause: Cause) -> str:
 
 
 def _valid(range_key: str) -> str:
-    return range_key if time_ranges.valid(range_key) else "1h"
+    return range_key if time_ranges.valid(range_key) else DEFAULT_RANGE

@@ -13,6 +13,7 @@ from dash.exceptions import PreventUpdate
 
 from gpuscope.dashboard import data, time_ranges
 from gpuscope.dashboard.components import (
+    address_for,
     banner,
     guarded,
     job_href,
@@ -26,6 +27,7 @@ from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import budget_figure, message_figure, rack_power_figure, unplain
 
 TITLE = "Power"
+DEFAULT_RANGE = "6h"
 
 
 def match(pathname: str) -> dict[str, str] | None:
@@ -33,12 +35,12 @@ def match(pathname: str) -> dict[str, str] | None:
 
 
 def layout(ctx: Context, search: str, **_: str) -> html.Div:
-    range_key = query_params(search).get("range", "6h")
+    range_key = query_params(search).get("range", DEFAULT_RANGE)
     return html.Div(
         [
             html.H2("Power per rack"),
             html.P("Click a rack's bar or band for its nodes and the jobs on them now.", className="muted"),
-            time_ranges.picker("power-range", range_key if time_ranges.valid(range_key) else "6h"),
+            time_ranges.picker("power-range", range_key if time_ranges.valid(range_key) else DEFAULT_RANGE),
             html.Div(id="power-status"),
             html.Div(id="power-rack"),
             dcc.Graph(id="power-stacked", config={"displaylogo": False}),
@@ -103,8 +105,9 @@ def register(app: Dash, ctx: Context) -> None:
         State("url", "search"),
         prevent_initial_call=True,
     )
-    def share(range_key: str, search: str | None) -> str:
-        return query_string({"range": range_key, "rack": query_params(search).get("rack")})
+    def share(range_key: str, search: str | None) -> Any:
+        rack = query_params(search).get("rack")
+        return address_for(search, {"range": range_key, "rack": rack}, {"range": DEFAULT_RANGE})
 
 
 def rack_view(view: data.RackView, range_key: str | None) -> html.Div:
