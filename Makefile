@@ -2,6 +2,8 @@
 # Each creates .venv on first use and installs the project into it.
 
 PYTHON ?= python3
+# Test processes (pytest-xdist); 0 runs the suite in this one.
+TEST_WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -20,7 +22,7 @@ demo: $(STAMP)
 
 test: lint $(PGLITE)
 	@$(BIN)/python -m gpuscope.preflight postgres
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP) importable
 	$(BIN)/ruff check .

@@ -23,6 +23,19 @@ FAST_UNSAFE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": 
 _database_numbers = itertools.count()
 
 
+# Tests that share something of the host's own run in one process under `pytest -n` (make test): the
+# Slurm clusters' cgroups are the host's, one tree per node name. Every other file is its own group, so
+# its module fixtures are built once (as --dist loadfile, which cannot join files).
+SHARED_HOST_GROUPS = {"slurm": "slurm"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(item.path).relative_to(Path(__file__).parent).parts
+        group = SHARED_HOST_GROUPS.get(parts[0], "/".join(parts))
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[EmbeddedPostgres]:
     try:
