@@ -2,8 +2,10 @@
 # Each creates .venv on first use and installs the project into it.
 
 PYTHON ?= python3
-# Test processes (pytest-xdist); 0 runs the suite in this one.
-TEST_WORKERS ?= 2
+# Test processes (pytest-xdist); 0 runs the suite in this one. Two take 9-10 min on 2 cores against
+# 16.5, but under that load two timing-bound tests still fail at times (the demo's links test once its
+# staged straggler ends; the ingest fuzz's coverage): one process until they hold.
+TEST_WORKERS ?= 0
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
