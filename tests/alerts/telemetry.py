@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from gpuscope.alerts.engine import AlertEngine
 from gpuscope.collector.store import partitions, rollups
 
 
@@ -107,3 +108,14 @@ def allocate(dsn: str, job: str, gpu_ids: list[int], started_min_ago: float, use
             " WHERE gpu_id = ANY(%s)",
             (job, user, started_min_ago, gpu_ids),
         )
+
+
+def cycle(dsn: str, engine: AlertEngine, at: dt.datetime) -> None:
+    """One evaluation of every rule group at `at`; no rule may fail."""
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            results = await engine.cycle(conn, at)
+        assert [r.error for r in results if r.error] == []
+
+    asyncio.run(run())

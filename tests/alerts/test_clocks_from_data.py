@@ -22,7 +22,7 @@ from gpuscope.alerts.rules import default_rules_text, parse_rules
 from gpuscope.alerts.state import Instance
 from gpuscope.collector.query.rack_power import NEAR_BUDGET
 from gpuscope.collector_process import CollectorSettings, alert_engine
-from tests.alerts.telemetry import add_node, allocate, history
+from tests.alerts.telemetry import add_node, allocate, cycle, history
 
 SINCE_RULES = """
 groups:
@@ -35,15 +35,6 @@ groups:
           FROM gpu_latest WHERE temp_c >= 80
         for: 15m
 """
-
-
-def cycle(dsn: str, engine: AlertEngine, at: dt.datetime) -> None:
-    async def run() -> None:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            results = await engine.cycle(conn, at)
-        assert [r.error for r in results if r.error] == []
-
-    asyncio.run(run())
 
 
 def load(dsn: str, engine: AlertEngine) -> None:

@@ -3,7 +3,6 @@ reaches the SQL rules through the view alerting.collector_database, on a real da
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
 import errno
@@ -16,6 +15,7 @@ from gpuscope.alerts.engine import AlertEngine
 from gpuscope.alerts.facts import database_facts
 from gpuscope.alerts.rules import default_rules_text, parse_rules
 from gpuscope.collector.store.availability import DatabaseStatus
+from tests.alerts.telemetry import cycle
 
 
 class _Disk(DatabaseStatus):
@@ -35,15 +35,6 @@ def engine_for(status: DatabaseStatus) -> AlertEngine:
         for g in parse_rules(default_rules_text())
     ]
     return AlertEngine([g for g in groups if g.rules], None, facts=lambda: database_facts(status))
-
-
-def cycle(dsn: str, engine: AlertEngine, at: dt.datetime) -> None:
-    async def run() -> None:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            results = await engine.cycle(conn, at)
-        assert [r.error for r in results if r.error] == []
-
-    asyncio.run(run())
 
 
 def test_a_full_disk_fires_at_once_and_low_space_after_five_minutes(dsn: str) -> None:

@@ -58,3 +58,14 @@ def serving(options: DashboardOptions | None = None, users: dict[str, str] | Non
     finally:
         server.stop()
         pool.close()
+
+
+def jobs_table(browser: Any) -> dict[str, dict[str, Any]]:
+    """The jobs page's table as the browser shows it: job id -> {header: cell element}."""
+    table = browser.find_element("id", "jobs")
+    headers = [th.text.rstrip(" ▲▼") for th in table.find_elements("css selector", "th")]
+    rows = {}
+    for tr in table.find_elements("css selector", "tbody tr"):
+        cells = tr.find_elements("css selector", "td")
+        rows[cells[0].text] = dict(zip(headers, cells, strict=True))
+    return rows

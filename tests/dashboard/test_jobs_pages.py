@@ -25,7 +25,7 @@ from gpuscope.dashboard.pages.job import evidence_words
 from gpuscope.dashboard_process import DashboardSettings
 from tests.conftest import new_database, require_tool
 from tests.dashboard import busy_cluster
-from tests.dashboard.helpers import running_dashboard
+from tests.dashboard.helpers import jobs_table, running_dashboard
 from tests.processes import running_collector
 
 ALL_JOBS = {"train-7", "eval-3", "prep-12", "notebook-1", "research/llama"}
@@ -50,17 +50,6 @@ def cluster(postgres: EmbeddedPostgres) -> Iterator[Cluster]:
             yield Cluster(url, dsn, loaded)
 
 
-def rows(browser: Any) -> dict[str, dict[str, Any]]:
-    """The jobs table: job id -> {header: cell element}."""
-    table = browser.find_element("id", "jobs")
-    headers = [th.text.rstrip(" ▲▼") for th in table.find_elements("css selector", "th")]
-    out = {}
-    for tr in table.find_elements("css selector", "tbody tr"):
-        cells = tr.find_elements("css selector", "td")
-        out[cells[0].text] = dict(zip(headers, cells, strict=True))
-    return out
-
-
 def job_order(browser: Any) -> list[str]:
     table = browser.find_element("id", "jobs")
     return [tr.find_element("css selector", "td").text for tr in table.find_elements("css selector", "tbody tr")]
@@ -80,7 +69,7 @@ def test_every_dash_on_the_jobs_list_says_why(cluster: Cluster, browser: Any) ->
         "job", "user", "namespace", "workload", "state", "nodes", "GPUs", "GPU-hours", "util (%)",
         "SM active (%)", "tensor active (%)", "started (UTC)", "straggler", "idle GPUs",
     ]  # fmt: skip
-    found = rows(browser)
+    found = jobs_table(browser)
     assert set(found) == ALL_JOBS
     assert gap_reason(found["research/llama"]["user"]) == job_gaps.NO_USER_KUBERNETES
     assert gap_reason(found["train-7"]["namespace"]) == job_gaps.NOT_KUBERNETES
@@ -104,7 +93,7 @@ def test_headers_sort_and_the_order_is_in_the_url(cluster: Cluster, browser: Any
     browser.find_element("link text", "GPU-hours").click()
     wait_until(browser, lambda: "sort=-gpu_hours" in browser.current_url, 10, "the sort in the URL")
     wait_until(browser, lambda: job_order(browser)[:2] == ["train-7", "eval-3"], 10, "the largest first")
-    hours = [float(rows(browser)[job]["GPU-hours"].text) for job in job_order(browser)]
+    hours = [float(jobs_table(browser)[job]["GPU-hours"].text) for job in job_order(browser)]
     assert hours == sorted(hours, reverse=True)
     assert "GPU-hours ▼" in browser.find_element("id", "jobs").text
     browser.find_element("link text", "GPU-hours ▼").click()
@@ -122,26 +111,30 @@ def test_filters_narrow_the_list_and_a_shared_address_restores_them(cluster: Clu
     open_page(browser, cluster.url + "/jobs?range=1h")
     browser.find_element("css selector", "#jobs-state input[value='running']").click()
     wait_until(browser, lambda: "state=running" in browser.current_url, 10, "the state in the URL")
-    wait_until(browser, lambda: set(rows(browser)) == ALL_JOBS - {"prep-12"}, 10, "ended jobs gone")
+    wait_until(browser, lambda: set(jobs_table(browser)) == ALL_JOBS - {"prep-12"}, 10, "ended jobs gone")
     browser.find_element("css selector", "#jobs-text").send_keys("LLAMA", Keys.ENTER)
-    wait_until(browser, lambda: set(rows(browser)) == {"research/llama"}, 10, "the job named llama")
+    wait_until(browser, lambda: set(jobs_table(browser)) == {"research/llama"}, 10, "the job named llama")
     assert "q=LLAMA" in browser.current_url
     # A user's name filters by them: the list, the address and the dropdown follow.
     open_page(browser, cluster.url + "/jobs?range=1h")
     browser.find_element("link text", "bob").click()
-    wait_until(browser, lambda: set(rows(browser)) == {"eval-3"}, 10, "bob's jobs")
+    wait_until(browser, lambda: set(jobs_table(browser)) == {"eval-3"}, 10, "bob's jobs")
     assert "user=bob" in browser.current_url
     wait_until(browser, lambda: "bob" in browser.find_element("id", "jobs-user").text, 10, "the dropdown to follow")
     # The view, shared as an address, opens as it was.
     open_page(browser, cluster.url + "/jobs?user=alice&state=running&sort=-gpu_hours&range=1h")
-    assert set(rows(browser)) == {"train-7"}
+    assert set(jobs_table(browser)) == {"train-7"}
     assert browser.find_element("css selector", "#jobs-state input[value='running']").is_selected()
     assert "alice" in browser.find_element("id", "jobs-user").text
     assert "GPU-hours ▼" in browser.find_element("id", "jobs").text
     open_page(browser, cluster.url + "/jobs?range=1h&q=nothing-like-this")
     assert "No jobs match these filters" in browser.find_element("id", "jobs-table").text
     browser.find_element("id", "jobs-clear").click()
-    wait_until(browser, lambda: set(rows(browser)) == ALL_JOBS - {"prep-12"} or len(rows(browser)) >= 4, 10, "all")
+
+    def all_shown() -> bool:
+        return set(jobs_table(browser)) == ALL_JOBS - {"prep-12"} or len(jobs_table(browser)) >= 4
+
+    wait_until(browser, all_shown, 10, "all")
     assert console_errors(browser) == []
 
 

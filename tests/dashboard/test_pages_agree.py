@@ -28,7 +28,7 @@ from gpuscope.exporter.wire import Origin
 from tests.collector.helpers import push_binary
 from tests.conftest import new_database, require_tool
 from tests.dashboard import busy_cluster
-from tests.dashboard.helpers import running_dashboard
+from tests.dashboard.helpers import jobs_table, running_dashboard
 from tests.processes import RunningCollector, running_collector
 
 WIDE = ("gpu-w01", 64)  # wide-9's node and GPUs: its GPU-hours grow by 0.1 every 5.6 s
@@ -90,23 +90,12 @@ def _push_nvlink_node(collector: RunningCollector, now: float) -> None:
     push_binary(collector, origin, 1, snapshots)
 
 
-def jobs_shown(browser: Any) -> dict[str, dict[str, Any]]:
-    """The jobs table: job id -> {header: cell element}."""
-    table = browser.find_element("id", "jobs")
-    headers = [th.text.rstrip(" ▲▼") for th in table.find_elements("css selector", "th")]
-    rows = {}
-    for tr in table.find_elements("css selector", "tbody tr"):
-        cells = tr.find_elements("css selector", "td")
-        rows[cells[0].text] = dict(zip(headers, cells, strict=True))
-    return rows
-
-
 # A job holding idle GPUs (item 3)
 
 
 def test_the_jobs_list_flags_a_job_holding_idle_gpus_and_filters_by_it(pages: Pages, browser: Any) -> None:
     open_page(browser, pages.url + "/jobs?range=1h")
-    shown = jobs_shown(browser)
+    shown = jobs_table(browser)
     idle = shown["eval-3"]["idle GPUs"]
     assert idle.text == "⚠ 2 of 4 idle", "eval-3's GPUs 2 and 3 did nothing for 30 minutes"
     title = idle.find_element("css selector", ".idle-flag").get_attribute("title")
@@ -122,9 +111,9 @@ def test_the_jobs_list_flags_a_job_holding_idle_gpus_and_filters_by_it(pages: Pa
     assert young.startswith("not judged yet: a GPU counts as idle after 30 minutes"), young
     browser.find_element("css selector", "#jobs-flags input[value='idle']").click()
     wait_until(browser, lambda: "idle=1" in browser.current_url, 10, "the idle filter in the URL")
-    wait_until(browser, lambda: set(jobs_shown(browser)) == {"eval-3"}, 10, "only the job holding idle GPUs")
+    wait_until(browser, lambda: set(jobs_table(browser)) == {"eval-3"}, 10, "only the job holding idle GPUs")
     open_page(browser, pages.url + "/jobs?range=1h&idle=1")  # the address the overview links to
-    assert set(jobs_shown(browser)) == {"eval-3"}
+    assert set(jobs_table(browser)) == {"eval-3"}
     assert browser.find_element("css selector", "#jobs-flags input[value='idle']").is_selected()
     assert console_errors(browser) == []
 
@@ -154,7 +143,7 @@ def test_idle_is_the_shipped_gpu_idle_in_job_rules_test() -> None:
 def test_a_straggling_gpus_link_opens_the_node_page_on_that_gpu(pages: Pages, browser: Any) -> None:
     node, gpu = busy_cluster.HOT
     open_page(browser, pages.url + "/jobs?range=1h")
-    flag = jobs_shown(browser)["train-7"]["straggler"].find_element("css selector", "a.straggler-flag")
+    flag = jobs_table(browser)["train-7"]["straggler"].find_element("css selector", "a.straggler-flag")
     assert flag.get_attribute("href") == f"{pages.url}/node/{node}?gpu={gpu}"
     flag.click()
     wait_until(browser, lambda: browser.find_element("id", "node-title").text == f"Node {node}, GPU {gpu}", 10)
@@ -173,12 +162,12 @@ def test_a_straggling_gpus_link_opens_the_node_page_on_that_gpu(pages: Pages, br
 
 def test_the_jobs_list_filters_to_jobs_with_a_straggler(pages: Pages, browser: Any) -> None:
     open_page(browser, pages.url + "/jobs?range=1h&straggler=1")  # the address the stragglers card opens
-    assert set(jobs_shown(browser)) == {"train-7"}
+    assert set(jobs_table(browser)) == {"train-7"}
     box = browser.find_element("css selector", "#jobs-flags input[value='straggler']")
     assert box.is_selected()
     box.click()
     wait_until(browser, lambda: "straggler=1" not in browser.current_url, 10, "the filter off")
-    wait_until(browser, lambda: len(jobs_shown(browser)) > 1, 10, "every job again")
+    wait_until(browser, lambda: len(jobs_table(browser)) > 1, 10, "every job again")
     assert console_errors(browser) == []
 
 
