@@ -21,6 +21,10 @@ from gpuscope.exporter.wire import Origin
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
+# Sampling and push intervals in seconds: these are `gpuscope exporter`'s defaults too
+# (gpuscope/exporter_process.py), so that the documented 5 s holds wherever an exporter is made.
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_PUSH_INTERVAL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,7 @@ class ExporterConfig:
     cluster: str
     rack: str
     node: str
-    interval: float = 1.0
+    interval: float = DEFAULT_INTERVAL_S
     listen: str | None = None  # None: no HTTP endpoint (the demo runs many exporters in one process)
     push_url: str | None = None
     token: str | None = None
@@ -36,7 +40,7 @@ class ExporterConfig:
     spool_dir: Path | None = None  # where unsent batches wait while the collector is away
     spool_max_bytes: int = 1 << 30
     max_snapshots_per_batch: int = 60
-    push_interval: float = 10.0  # snapshots travel together, one request per interval
+    push_interval: float = DEFAULT_PUSH_INTERVAL_S  # snapshots travel together, one request per interval
 
 
 class NodeExporter:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -14,6 +13,7 @@ from gpuscope.alerts import cli as alerts_cli
 from gpuscope.core.listen import parse_listen
 from gpuscope.core.logredact import configure_logging
 from gpuscope.core.ports import PortInUse, ensure_free
+from gpuscope.core.settings_flags import add_flags, converter, number, settings_from, settings_values
 from gpuscope.core.tokens import dsn_with_password_file
 from gpuscope.health import cli as health_cli
 from gpuscope.reports import cli as reports_cli
@@ -57,13 +57,40 @@ def setup_logging(verbose: bool = False, stream: TextIO | None = None) -> loggin
 class _Parser(argparse.ArgumentParser):
     """An argument parser that refuses an option it does not know itself, with its own usage: argparse
     leaves a subcommand's unknown options to the top-level parser, which shows `gpuscope`'s usage (the
-    subcommands' parsers are of this class too: add_subparsers makes them like their parent)."""
+    subcommands' parsers are of this class too: add_subparsers makes them like their parent).
+
+    `flags` adds options when they are first needed (to parse, or to show help): a service's come from
+    its settings class, whose module need not be importable for another command."""
+
+    def __init__(self, *args: Any, flags: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._pending_flags = flags
+
+    def with_all_flags(self) -> _Parser:
+        if self._pending_flags is not None:
+            add, self._pending_flags = self._pending_flags, None
+            try:
+                add(self)
+            except ModuleNotFoundError as exc:  # an exporter's node: the base install only
+                if (exc.name or "").startswith("gpuscope"):
+                    raise
+                self.error(f"needs gpuscope's server extra (pip install 'gpuscope[server]'): {exc}")
+        return self
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        self.with_all_flags()
         parsed, unknown = super().parse_known_args(args, namespace)
         if unknown:
             self.error(f"unrecognized arguments: {' '.join(unknown)}")
         return parsed, unknown
+
+    def format_usage(self) -> str:
+        self.with_all_flags()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self.with_all_flags()
+        return super().format_help()
 
 
 def _version() -> str:
@@ -99,157 +126,15 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--data-dir", type=Path, help="keep the database here (default: temporary)")
     demo.set_defaults(run=_run_demo)
 
-    exporter = commands.add_parser("exporter", help="per-node exporter: /metrics and push to a collector")
-    exporter.add_argument(
-        "--backend",
-        choices=["auto", "nvml", "amdsmi", "sim"],
-        default="auto",
-        help="what reads the GPUs (auto: NVML, else amdsmi; sim: a simulated node, no GPU needed)",
+    # Each service's options are made from its settings (gpuscope/core/settings_flags.py), when that
+    # command is used: an exporter's node has none of the server stack the collector's settings import.
+    exporter = commands.add_parser(
+        "exporter", help="per-node exporter: /metrics and push to a collector", flags=_exporter_flags
     )
-    exporter.add_argument("--listen", default=":9400", help="HOST:PORT for /metrics (default :9400, all interfaces)")
-    exporter.add_argument("--push", metavar="URL", help="collector base URL, e.g. http://collector:9410")
-    exporter.add_argument("--interval", type=_positive_float, default=5.0, help="sampling interval in seconds")
-    exporter.add_argument(
-        "--push-interval",
-        type=_non_negative_float,
-        default=10.0,
-        help="send the snapshots of this many seconds together (default 10; 0: each as soon as it is taken)",
-    )
-    exporter.add_argument("--node", default=socket.gethostname(), help="this node's name (default: the host name)")
-    exporter.add_argument("--rack", default="default", help="the rack it stands in, for power per rack")
-    exporter.add_argument("--cluster", default="default", help="the cluster it belongs to")
-    exporter.add_argument("--token-file", type=Path, help="file holding the collector's bearer token")
-    exporter.add_argument("--spool-dir", type=Path, help="keep unsent batches here while the collector is away")
-    exporter.add_argument(
-        "--jobs",
-        choices=["auto", "slurm", "k8s", "none"],
-        default="auto",
-        help="job attribution (auto: Slurm if the node has it, else Kubernetes if the kubelet's socket is there)",
-    )
-    exporter.add_argument(
-        "--pod-resources-socket",
-        type=Path,
-        default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
-        help="the kubelet's pod-resources API (Kubernetes)",
-    )
-    exporter.add_argument(
-        "--pod-metadata",
-        choices=["auto", "apiserver", "kubelet", "none"],
-        default="auto",
-        help="where pod labels (which pods make one job) come from; auto: the API server in a pod, else the kubelet",
-    )
-    exporter.add_argument(
-        "--kubelet-pods-url",
-        default="http://127.0.0.1:10255/pods",
-        help="the kubelet's read-only pod list, for --pod-metadata kubelet",
-    )
-    exporter.add_argument(
-        "--slurm-mapping-dir",
-        type=Path,
-        help="per-GPU job files written by deploy/slurm/prolog.sh "
-        "(default: map_dir in gpuscope.conf beside slurm.conf, as the prolog reads it, else /run/gpuscope/slurm)",
-    )
-    exporter.add_argument(
-        "--dcgm-compat", action="store_true", help="serve dcgm-exporter's metric names too (NVIDIA GPUs; docs/)"
-    )
-    exporter.add_argument(
-        "--amd-compat", action="store_true", help="serve AMD device-metrics-exporter's metric names too (AMD GPUs)"
-    )
-    exporter.add_argument(
-        "--compat-only", action="store_true", help="serve only the compatible names chosen, not gpuscope's own"
-    )
-    exporter.add_argument("--ib-root", type=Path, default=Path("/sys/class/infiniband"), help=argparse.SUPPRESS)
-    exporter.add_argument("--sim-seed", type=int, default=0, help="seed for --backend sim")
-    exporter.add_argument("--sim-gpus", type=_positive_int, default=8, help="GPUs for --backend sim")
     exporter.set_defaults(run=_run_exporter)
-
-    collector = commands.add_parser("collector", help="ingest API and read API over PostgreSQL")
-    collector.add_argument("--listen", help="HOST:PORT (default 0.0.0.0:9410)")
-    collector.add_argument(
-        "--db", help="PostgreSQL DSN (default: $GPUSCOPE_COLLECTOR_DB, else an embedded server in --data-dir)"
-    )
-    collector.add_argument(
-        "--db-password-file", type=Path, help="the database password, kept out of the DSN and the command line"
-    )
-    collector.add_argument(
-        "--data-dir",
-        type=Path,
-        help="the embedded database (without --db) and generated token live here"
-        " (default: /var/lib/gpuscope as root, else ~/.local/share/gpuscope)",
-    )
-    collector.add_argument("--token-file", type=Path, help="ingest bearer token (default: generated in --data-dir)")
-    collector.add_argument(
-        "--node-tokens-file", type=Path, help="per-node ingest tokens, 'CLUSTER/NODE TOKEN' per line"
-    )
-    collector.add_argument("--retention-days", type=_positive_float, help="keep raw samples this long (default 30)")
-    collector.add_argument(
-        "--minute-rollup-days", type=_positive_float, help="keep 1-minute rollups this long (default 90)"
-    )
-    collector.add_argument(
-        "--hour-rollup-days", type=_positive_float, help="keep 1-hour rollups and events this long (default 730)"
-    )
-    collector.add_argument(
-        "--timescaledb",
-        choices=["auto", "on", "off"],
-        help="TimescaleDB hypertables and continuous aggregates: auto (default: if the server has it), on, off",
-    )
-    collector.add_argument(
-        "--workers", type=_positive_int, help="collector processes sharing the port, one core each (default 1)"
-    )
-    collector.add_argument("--read-token-file", type=Path, help="require this bearer token on the read API")
-    collector.add_argument(
-        "--rules", type=Path, action="append", help="alert rules file (repeatable; default: the shipped rules)"
-    )
-    collector.add_argument("--notify-config", type=Path, help="alert receivers, routes and inhibition (YAML)")
-    collector.add_argument("--admin-token-file", type=Path, help="bearer token allowed to create/expire silences")
-    collector.add_argument("--no-alerts", action="store_true", help="do not evaluate alert rules here")
-    collector.add_argument(
-        "--rack-budgets",
-        type=Path,
-        help="YAML mapping of rack (or cluster/rack) to a budget in kW, for the rack power alert",
-    )
-    collector.add_argument(
-        "--health-policy",
-        type=Path,
-        help="fleet health policy (YAML, docs/health.md): scheduler, dry run, guard rails (default: dry run, none)",
-    )
-    collector.add_argument("--no-health", action="store_true", help="do not run the health loop here")
-    collector.add_argument(
-        "--reports-config",
-        type=Path,
-        help="usage reports (YAML, docs/reports.md): currency, prices per GPU model, grid intensity, digests",
-    )
+    collector = commands.add_parser("collector", help="ingest API and read API over PostgreSQL", flags=_collector_flags)
     collector.set_defaults(run=_run_collector)
-
-    dashboard = commands.add_parser("dashboard", help="the web UI")
-    dashboard.add_argument("--listen", default="127.0.0.1:8050", help="HOST:PORT (default 127.0.0.1:8050)")
-    dashboard.add_argument(
-        "--db",
-        help="PostgreSQL DSN of the collector's database, a read replica will do (default: $GPUSCOPE_DASHBOARD_DB)",
-    )
-    dashboard.add_argument(
-        "--db-password-file", type=Path, help="the database password, kept out of the DSN and the command line"
-    )
-    dashboard.add_argument(
-        "--data-dir",
-        type=Path,
-        help="instead of --db: the embedded database of the collector running with this --data-dir (same host)",
-    )
-    dashboard.add_argument(
-        "--workers", type=_positive_int, default=2, help="gunicorn worker processes, 4 threads each (default 2)"
-    )
-    dashboard.add_argument("--collector", metavar="URL", help="collector base URL: silences are managed through it")
-    dashboard.add_argument("--basic-auth-file", type=Path, help="require a login: 'user:pbkdf2_sha256$...' lines")
-    dashboard.add_argument("--rack-budgets", type=Path, help="YAML mapping of rack (or cluster/rack) to a budget in kW")
-    dashboard.add_argument(
-        "--reports-config",
-        type=Path,
-        help="the Reports page's currency, prices per GPU model and grid intensity (YAML, docs/reports.md)",
-    )
-    dashboard.add_argument(
-        "--max-body-bytes", type=_positive_int, help="refuse larger request bodies with 413 (default 1 MiB)"
-    )
-    dashboard.add_argument("--hash-password", action="store_true", help="read a password, print a basic-auth hash")
+    dashboard = commands.add_parser("dashboard", help="the web UI", flags=_dashboard_flags)
     dashboard.set_defaults(run=_run_dashboard)
     alerts_cli.add_parser(commands)
     health_cli.add_parser(commands)
@@ -293,7 +178,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_bench(args: argparse.Namespace) -> None:
-    from gpuscope.bench import alerts as alerts_bench
+    try:
+        from gpuscope.bench import alerts as alerts_bench
+    except ModuleNotFoundError as exc:
+        if exc.name != "gpuscope.bench":
+            raise
+        # A distribution of its own, gpuscope-bench, so that GPU nodes do not carry it (packaging/bench).
+        raise RuntimeError(
+            "the bench is not installed: it is the gpuscope-bench distribution,"
+            " pip install ./packaging/bench from a gpuscope checkout"
+        ) from None
     from gpuscope.bench import dashboard as dashboard_bench
     from gpuscope.bench import exporter, health_evidence, ingest, peers, query, scale, stragglers, stragglers_live
     from gpuscope.bench import reports as reports_bench
@@ -337,45 +231,46 @@ def _run_demo(args: argparse.Namespace) -> None:
     )
 
 
+def _exporter_flags(parser: argparse.ArgumentParser) -> None:
+    from gpuscope.exporter_process import ExporterSettings
+
+    add_flags(parser, ExporterSettings)
+
+
 def _run_exporter(args: argparse.Namespace) -> None:
     from gpuscope import exporter_process
 
-    fields = exporter_process.ExporterSettings.__dataclass_fields__
-    exporter_process.run(exporter_process.ExporterSettings(**{k: v for k, v in vars(args).items() if k in fields}))
+    exporter_process.run(settings_from(exporter_process.ExporterSettings, args))
+
+
+def _collector_flags(parser: argparse.ArgumentParser) -> None:
+    from gpuscope.collector_process import CollectorSettings
+
+    add_flags(parser, CollectorSettings)
 
 
 def _run_collector(args: argparse.Namespace) -> int:
     from gpuscope import collector_process
 
-    overrides = {
-        key: value
-        for key, value in {
-            "listen": args.listen,
-            "db": args.db,
-            "db_password_file": args.db_password_file,
-            "data_dir": args.data_dir,
-            "token_file": args.token_file,
-            "node_tokens_file": args.node_tokens_file,
-            "read_token_file": args.read_token_file,
-            "retention_days": args.retention_days,
-            "minute_rollup_days": args.minute_rollup_days,
-            "hour_rollup_days": args.hour_rollup_days,
-            "timescaledb": args.timescaledb,
-            "workers": args.workers,
-            "alert_rules": args.rules,
-            "notify_config": args.notify_config,
-            "admin_token_file": args.admin_token_file,
-            "alerts": False if args.no_alerts else None,
-            "rack_budgets": args.rack_budgets,
-            "health_policy": args.health_policy,
-            "health": False if args.no_health else None,
-            "reports_config": args.reports_config,
-        }.items()
-        if value is not None
-    }
-    settings = collector_process.CollectorSettings(**overrides)
+    settings = settings_from(collector_process.CollectorSettings, args)
     _ensure_free(*parse_listen(settings.listen), "another gpuscope collector?", "--listen HOST:PORT")
     return collector_process.run(settings)
+
+
+def _dashboard_flags(parser: argparse.ArgumentParser) -> None:
+    from gpuscope.dashboard_process import DashboardSettings
+
+    add_flags(parser, DashboardSettings)
+    # Not settings of the running dashboard: another way to find its database, and another job.
+    parser.add_argument(
+        "--db-password-file", type=Path, help="the database password, kept out of the DSN and the command line"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="instead of --db: the embedded database of the collector running with this --data-dir (same host)",
+    )
+    parser.add_argument("--hash-password", action="store_true", help="read a password, print a basic-auth hash")
 
 
 def _run_dashboard(args: argparse.Namespace) -> None:
@@ -390,28 +285,19 @@ def _run_dashboard(args: argparse.Namespace) -> None:
             raise ValueError("the password is empty: a login with no password protects nothing")
         print(hash_password(password))
         return
-    db = _dashboard_dsn(args)
-    _ensure_free(*parse_listen(args.listen), "another gpuscope dashboard?", "--listen HOST:PORT")
-    dashboard_process.run(
-        dashboard_process.DashboardSettings(
-            db=db,
-            listen=args.listen,
-            collector_url=args.collector,
-            basic_auth_file=args.basic_auth_file,
-            rack_budgets_file=args.rack_budgets,
-            max_body_bytes=args.max_body_bytes,
-            reports_config=args.reports_config,
-            workers=args.workers,
-        )
-    )
+    values = settings_values(dashboard_process.DashboardSettings, args)
+    values["db"] = _dashboard_dsn(args, values.get("db"))
+    settings = dashboard_process.DashboardSettings(**values)
+    _ensure_free(*parse_listen(settings.listen), "another gpuscope dashboard?", "--listen HOST:PORT")
+    dashboard_process.run(settings)
 
 
-def _dashboard_dsn(args: argparse.Namespace) -> str:
-    """The database the dashboard reads: --db (or $GPUSCOPE_DASHBOARD_DB), or a collector's embedded one."""
+def _dashboard_dsn(args: argparse.Namespace, db: str | None) -> str:
+    """The database the dashboard reads: `db` (--db, else $GPUSCOPE_DASHBOARD_DB), or a collector's embedded
+    one (--data-dir)."""
     if args.data_dir is None:
         from gpuscope.core.dsn import check_dsn  # psycopg: the server stack's, not the exporter's
 
-        db = args.db or os.environ.get("GPUSCOPE_DASHBOARD_DB")
         if not db:
             raise ValueError(
                 "--db DSN is required (the collector's database, or a replica of it), or --data-dir DIR"
@@ -421,7 +307,7 @@ def _dashboard_dsn(args: argparse.Namespace) -> str:
         return dsn_with_password_file(db, args.db_password_file)
     from gpuscope.core.embedded_pg import running_dsn
 
-    if args.db is not None:
+    if "db" in vars(args):  # given on the command line; $GPUSCOPE_DASHBOARD_DB gives way to --data-dir
         raise ValueError("--db and --data-dir both say where the database is: give one of them")
     if args.db_password_file is not None:
         where = args.data_dir
@@ -437,40 +323,17 @@ def _ensure_free(host: str, port: int, guess: str, options: str) -> None:
         raise OSError(f"{exc} ({guess}): stop it, or pass {options}") from None
 
 
-def _positive_int(text: str) -> int:
-    value = _number(int, text, "a whole number")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _number(float, text, "a number")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = _number(float, text, "a number")
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+# The demo's and the bench's options, checked as the services' are (their settings' bounds).
+_positive_int = converter(int, {"ge": 1})
+_positive_float = converter(float, {"gt": 0})
+_non_negative_float = converter(float, {"ge": 0})
 
 
 def _port(text: str) -> int:
-    value = _number(int, text, "a TCP port (0-65535)")
+    value = int(number(int, text))
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port (0-65535), got {value}")
     return value
-
-
-def _number(kind: type[int] | type[float], text: str, what: str) -> Any:
-    """`text` as `kind`; otherwise an error in words (argparse would say "invalid _positive_int value")."""
-    try:
-        return kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
 
 
 if __name__ == "__main__":

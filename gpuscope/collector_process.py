@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated
 
 import psycopg
 from pydantic import Field, SecretStr, model_validator
@@ -33,7 +34,7 @@ from gpuscope.collector.service import serve
 from gpuscope.collector.store import timescale
 from gpuscope.collector.store.availability import DatabaseStatus
 from gpuscope.collector.store.migrate import migrate
-from gpuscope.collector.store.retention import Retention
+from gpuscope.collector.store.retention import DEFAULT_RETENTION, Retention
 from gpuscope.collector.store.timescale import Mode
 from gpuscope.collector.workers import reuse_port_socket, run_workers
 from gpuscope.core.dsn import check_dsn, first_line
@@ -41,6 +42,7 @@ from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.core.listen import parse_listen
 from gpuscope.core.logredact import configure_logging
 from gpuscope.core.pg_supervisor import Supervisor
+from gpuscope.core.settings_flags import Flag
 from gpuscope.core.shutdown import ShutdownDeadline
 from gpuscope.core.tokens import dsn_with_password_file, read_token_file
 from gpuscope.dashboard.context import read_rack_budgets  # one file format for both
@@ -69,36 +71,96 @@ def default_data_dir() -> Path:
 
 
 class CollectorSettings(BaseSettings):
+    """`gpuscope collector`'s settings: each field is one option, its help the description
+    (gpuscope/core/settings_flags.py), and GPUSCOPE_COLLECTOR_<FIELD> in the environment."""
+
     model_config = SettingsConfigDict(env_prefix="GPUSCOPE_COLLECTOR_")
 
-    listen: str = DEFAULT_LISTEN
-    db: SecretStr | None = None  # a DSN carries a password: never printed
-    db_password_file: Path | None = None  # the password for `db`, kept out of the command line
-    data_dir: Path = default_data_dir()
-    token_file: Path | None = None
-    node_tokens_file: Path | None = None  # 'CLUSTER/NODE TOKEN' per line: valid for that node of that cluster
-    read_token_file: Path | None = None  # when set, the read API requires this bearer token
+    listen: str = Field(default=DEFAULT_LISTEN, description="HOST:PORT")
+    db: SecretStr | None = Field(  # a DSN carries a password: never printed
+        default=None, description="PostgreSQL DSN (default: an embedded server in --data-dir)"
+    )
+    db_password_file: Path | None = Field(
+        default=None, description="the database password, kept out of the DSN and the command line"
+    )
+    data_dir: Path = Field(
+        default=default_data_dir(),
+        description="the embedded database (without --db) and generated token live here"
+        " (default: /var/lib/gpuscope as root, else ~/.local/share/gpuscope)",
+    )
+    token_file: Path | None = Field(default=None, description="ingest bearer token (default: generated in --data-dir)")
+    node_tokens_file: Path | None = Field(  # valid for that node of that cluster only
+        default=None, description="per-node ingest tokens, 'CLUSTER/NODE TOKEN' per line"
+    )
+    read_token_file: Path | None = Field(default=None, description="require this bearer token on the read API")
     # Each read statement is cancelled past this, and one read request's statements share it: 503.
-    read_statement_timeout_s: float = Field(default=10.0, gt=0, le=3600)
-    max_body_bytes: int = 32 * 2**20
-    max_concurrent_writes: int = 8
-    workers: int = Field(default=1, ge=1, le=256)  # processes sharing the port (SO_REUSEPORT): one core each
-    retention_days: float = Field(default=30.0, gt=0)  # raw samples older than this are dropped, day by day
-    minute_rollup_days: float = Field(default=90.0, gt=0)  # at least retention_days
-    timescaledb: Mode = "auto"  # use TimescaleDB when the server has it ("on": require it; "off": never)
-    hour_rollup_days: float = Field(default=730.0, gt=0)  # hour rollups and events; at least minute_rollup_days
-    alerts: bool = True  # evaluate alert rules (in one replica at a time)
-    alert_rules: list[Path] = []  # rule files; none: the shipped defaults (alerts/default_rules.yaml)
-    notify_config: Path | None = None  # receivers and routes; none: alerts are kept but not sent
-    admin_token_file: Path | None = None  # bearer token for creating and expiring silences
-    rack_budgets: Path | None = None  # the dashboard's --rack-budgets file, for the rack power alert
-    alert_tick_s: float = Field(default=0.5, gt=0)  # how often the engine checks group timers and due groups
-    stragglers: bool = True  # run the straggler watch (in one replica at a time)
-    # How often the watch reads what settled: part of the onset-to-API latency, cheap (it reads only new buckets).
-    straggler_interval_s: float = Field(default=5.0, gt=0, le=300)
-    health: bool = True  # run the health loop (in one replica at a time); its API is served either way
-    health_policy: Path | None = None  # YAML (docs/health.md); none: dry run with no scheduler
-    reports_config: Path | None = None  # YAML (docs/reports.md): prices, grid intensity, digests
+    read_statement_timeout_s: float = Field(
+        default=10.0,  # as CollectorConfig's, where None means no limit
+        gt=0,
+        le=3600,
+        description="cancel the read API's statements past this many seconds (one request's share it): 503",
+    )
+    max_body_bytes: Annotated[int, Flag(default_text="32 MiB")] = Field(
+        default=CollectorConfig.max_body_bytes, ge=1, description="refuse larger ingest request bodies with 413"
+    )
+    max_concurrent_writes: int = Field(
+        default=CollectorConfig.max_concurrent_writes,
+        ge=1,
+        description="ingest batches written to the database at once",
+    )
+    workers: int = Field(  # processes sharing the port (SO_REUSEPORT)
+        default=1, ge=1, le=256, description="collector processes sharing the port, one core each"
+    )
+    retention_days: float = Field(  # raw samples older than this are dropped, day by day
+        default=DEFAULT_RETENTION.raw / timedelta(days=1), gt=0, description="keep raw samples this long"
+    )
+    minute_rollup_days: float = Field(  # at least retention_days
+        default=DEFAULT_RETENTION.minute_rollups / timedelta(days=1),
+        gt=0,
+        description="keep 1-minute rollups this long",
+    )
+    timescaledb: Mode = Field(  # "on": require it; "off": never
+        default="auto",
+        description="TimescaleDB hypertables and continuous aggregates: auto (if the server has it), on, off",
+    )
+    hour_rollup_days: float = Field(  # at least minute_rollup_days
+        default=DEFAULT_RETENTION.hour_rollups / timedelta(days=1),
+        gt=0,
+        description="keep 1-hour rollups and events this long",
+    )
+    alerts: Annotated[bool, Flag(name="--no-alerts")] = Field(  # in one replica at a time
+        default=True, description="do not evaluate alert rules here"
+    )
+    alert_rules: Annotated[list[Path], Flag(name="--rules")] = Field(
+        default=[], description="alert rules file (repeatable; default: the shipped rules, alerts/default_rules.yaml)"
+    )
+    notify_config: Path | None = Field(  # none: alerts are kept but not sent
+        default=None, description="alert receivers, routes and inhibition (YAML)"
+    )
+    admin_token_file: Path | None = Field(default=None, description="bearer token allowed to create/expire silences")
+    rack_budgets: Path | None = Field(  # the dashboard's --rack-budgets file
+        default=None, description="YAML mapping of rack (or cluster/rack) to a budget in kW, for the rack power alert"
+    )
+    alert_tick_s: float = Field(
+        default=0.5, gt=0, description="how often, in seconds, the alert engine checks group timers and due groups"
+    )
+    stragglers: bool = Field(default=True, description="do not run the straggler watch here")  # one replica at a time
+    # Part of the onset-to-API latency, and cheap: the watch reads only new buckets.
+    straggler_interval_s: float = Field(
+        default=5.0, gt=0, le=300, description="how often, in seconds, the straggler watch reads what settled"
+    )
+    health: Annotated[bool, Flag(name="--no-health")] = Field(  # its API is served either way
+        default=True, description="do not run the health loop here"
+    )
+    health_policy: Path | None = Field(
+        default=None,
+        description="fleet health policy (YAML, docs/health.md): scheduler, dry run, guard rails"
+        " (default: dry run, none)",
+    )
+    reports_config: Path | None = Field(
+        default=None,
+        description="usage reports (YAML, docs/reports.md): currency, prices per GPU model, grid intensity, digests",
+    )
 
     @model_validator(mode="after")
     def _tiers_outlive_finer_ones(self) -> CollectorSettings:
@@ -138,13 +200,12 @@ def build(settings: CollectorSettings, dsn: str, token: str, database: DatabaseS
 def parts(settings: CollectorSettings, database: DatabaseStatus | None = None) -> tuple[Part, ...]:
     """The extensions this collector runs: the straggler watch, the alerts, fleet health (APIs always,
     their loops if asked) and the reports."""
-    found = [stragglers_part(settings.straggler_interval_s)] if settings.stragglers else []
     policy = load_policy(settings.health_policy) if settings.health_policy else None
     reports = load_reports_config(settings.reports_config) if settings.reports_config else None
     # The digest's files (url_file, password_file) are read beside the configuration that names them.
     base = settings.reports_config.parent if settings.reports_config else Path()
     return (
-        *found,
+        stragglers_part(settings.straggler_interval_s, run_watch=settings.stragglers),
         alerts_part(alert_engine(settings, database)),
         health_part(policy, run_loop=settings.health),
         reports_part(reports, base=base),

@@ -7,9 +7,9 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from flask import Flask
@@ -18,9 +18,10 @@ from psycopg_pool import ConnectionPool
 from gpuscope.core.dsn import first_line
 from gpuscope.core.listen import parse_listen
 from gpuscope.core.pools import open_read_pool
+from gpuscope.core.settings_flags import check_bounds, flag
 from gpuscope.dashboard.app import create_app
 from gpuscope.dashboard.auth import UsersFile, read_users
-from gpuscope.dashboard.context import DashboardOptions, read_rack_budgets
+from gpuscope.dashboard.context import MAX_BODY_BYTES, REFRESH_MS, DashboardOptions, read_rack_budgets
 from gpuscope.dashboard.server import THREADS_PER_WORKER, DashboardServer, serve_with_gunicorn
 from gpuscope.reports.config import load_reports_config
 
@@ -33,15 +34,37 @@ PROBE_TIMEOUT_S = 5  # libpq's connect_timeout: whole seconds
 
 @dataclass(frozen=True)
 class DashboardSettings:
-    db: str  # the collector's database, or a read replica of it
-    listen: str = DEFAULT_LISTEN
-    collector_url: str | None = None  # silences are managed through the collector's API
-    basic_auth_file: Path | None = None  # 'user:pbkdf2_sha256$...' lines: require a login
-    rack_budgets_file: Path | None = None  # YAML: rack (or cluster/rack) -> budget in kW
-    refresh_ms: int | None = None  # None: the dashboard's default
-    max_body_bytes: int | None = None  # None: the dashboard's default (1 MiB)
-    reports_config: Path | None = None  # YAML (docs/reports.md): the reports page's prices and grid intensity
-    workers: int = 2  # gunicorn worker processes (run() only; build() serves in this process)
+    """`gpuscope dashboard`'s settings: each field is one option (gpuscope/core/settings_flags.py), and
+    GPUSCOPE_DASHBOARD_<FIELD> in the environment."""
+
+    env_prefix: ClassVar[str] = "GPUSCOPE_DASHBOARD_"
+
+    db: str = field(  # the collector's database, or a read replica of it
+        metadata=flag("PostgreSQL DSN of the collector's database, a read replica will do")
+    )
+    listen: str = field(default=DEFAULT_LISTEN, metadata=flag("HOST:PORT"))
+    collector_url: str | None = field(  # silences are managed through the collector's API
+        default=None,
+        metadata=flag("collector base URL: silences are managed through it", name="--collector", metavar="URL"),
+    )
+    basic_auth_file: Path | None = field(default=None, metadata=flag("require a login: 'user:pbkdf2_sha256$...' lines"))
+    rack_budgets_file: Path | None = field(
+        default=None, metadata=flag("YAML mapping of rack (or cluster/rack) to a budget in kW", name="--rack-budgets")
+    )
+    refresh_ms: int = field(default=REFRESH_MS, metadata=flag("how often the pages refresh, in milliseconds", ge=100))
+    max_body_bytes: int = field(
+        default=MAX_BODY_BYTES, metadata=flag("refuse larger request bodies with 413", default_text="1 MiB", ge=1)
+    )
+    reports_config: Path | None = field(
+        default=None,
+        metadata=flag("the Reports page's currency, prices per GPU model and grid intensity (YAML, docs/reports.md)"),
+    )
+    workers: int = field(  # run() only; build() serves in this process
+        default=2, metadata=flag(f"gunicorn worker processes, {THREADS_PER_WORKER} threads each", ge=1)
+    )
+
+    def __post_init__(self) -> None:
+        check_bounds(self)  # settings made in code too: the demo, the tests
 
 
 @contextlib.contextmanager
@@ -97,11 +120,9 @@ def _read_files(settings: DashboardSettings) -> tuple[DashboardOptions, UsersFil
     options = DashboardOptions(
         collector_url=settings.collector_url,
         rack_budgets_kw=read_rack_budgets(settings.rack_budgets_file) if settings.rack_budgets_file else {},
+        refresh_ms=settings.refresh_ms,
+        max_body_bytes=settings.max_body_bytes,
     )
-    if settings.refresh_ms is not None:
-        options = dataclasses.replace(options, refresh_ms=settings.refresh_ms)
-    if settings.max_body_bytes is not None:
-        options = dataclasses.replace(options, max_body_bytes=settings.max_body_bytes)
     if settings.reports_config is not None:
         options = dataclasses.replace(options, rates=load_reports_config(settings.reports_config).rates)
     users = read_users(settings.basic_auth_file) if settings.basic_auth_file else None

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gpuscope.core.settings_flags import check_bounds, flag
 from gpuscope.core.signals import stop_on_signals
 from gpuscope.core.tokens import read_token_file
 from gpuscope.exporter.exposition import NameSets
@@ -16,7 +17,12 @@ from gpuscope.exporter.jobs.base import JobSource
 from gpuscope.exporter.jobs.kubernetes import DEFAULT_SOCKET
 from gpuscope.exporter.jobs.select import KUBELET_PODS_URL, KubernetesOptions, PodMetadata, open_jobs
 from gpuscope.exporter.jobs.slurm import configured_mapping_dir
-from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
+from gpuscope.exporter.node_exporter import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_PUSH_INTERVAL_S,
+    ExporterConfig,
+    NodeExporter,
+)
 from gpuscope.exporter.sim import JobSchedule, NodeSpec, SimJobs, SimNodeSource
 from gpuscope.exporter.sources.base import BackendUnavailable, Source
 from gpuscope.exporter.sources.select import open_source
@@ -29,28 +35,70 @@ Jobs = Literal["auto", "slurm", "k8s", "none"]
 
 @dataclass(frozen=True)
 class ExporterSettings:
-    backend: Backend = "auto"
+    """`gpuscope exporter`'s settings; each field is one option (gpuscope/core/settings_flags.py)."""
+
+    backend: Backend = field(
+        default="auto",
+        metadata=flag("what reads the GPUs (auto: NVML, else amdsmi; sim: a simulated node, no GPU needed)"),
+    )
     # Prometheus scrapes every node: the field's convention is all interfaces, port 9400 (as dcgm-exporter).
-    listen: str | None = ":9400"
-    push: str | None = None  # collector base URL
-    interval: float = 5.0
-    push_interval: float = 10.0
-    node: str = socket.gethostname()
-    rack: str = "default"
-    cluster: str = "default"
-    token_file: Path | None = None
-    spool_dir: Path | None = None
-    jobs: Jobs = "auto"
-    slurm_mapping_dir: Path | None = None  # None: the prolog's own setting (configured_mapping_dir)
-    pod_resources_socket: Path = DEFAULT_SOCKET
-    pod_metadata: PodMetadata = "auto"
-    kubelet_pods_url: str = KUBELET_PODS_URL
-    dcgm_compat: bool = False  # serve dcgm-exporter's names too
-    amd_compat: bool = False  # serve AMD device-metrics-exporter's names too
-    compat_only: bool = False  # serve only the compatible names chosen, not gpuscope's own
-    ib_root: Path = Path("/sys/class/infiniband")
-    sim_seed: int = 0
-    sim_gpus: int = 8
+    listen: str | None = field(default=":9400", metadata=flag("HOST:PORT for /metrics (default :9400, all interfaces)"))
+    push: str | None = field(
+        default=None, metadata=flag("collector base URL, e.g. http://collector:9410", metavar="URL")
+    )
+    interval: float = field(default=DEFAULT_INTERVAL_S, metadata=flag("sampling interval in seconds", gt=0))
+    push_interval: float = field(
+        default=DEFAULT_PUSH_INTERVAL_S,
+        metadata=flag("send the snapshots of this many seconds together (0: each as soon as it is taken)", ge=0),
+    )
+    node: str = field(default=socket.gethostname(), metadata=flag("this node's name", default_text="the host name"))
+    rack: str = field(default="default", metadata=flag("the rack it stands in, for power per rack"))
+    cluster: str = field(default="default", metadata=flag("the cluster it belongs to"))
+    token_file: Path | None = field(default=None, metadata=flag("file holding the collector's bearer token"))
+    spool_dir: Path | None = field(default=None, metadata=flag("keep unsent batches here while the collector is away"))
+    jobs: Jobs = field(
+        default="auto",
+        metadata=flag(
+            "job attribution (auto: Slurm if the node has it, else Kubernetes if the kubelet's socket is there)"
+        ),
+    )
+    slurm_mapping_dir: Path | None = field(
+        default=None,  # None: the prolog's own setting (configured_mapping_dir)
+        metadata=flag(
+            "per-GPU job files written by deploy/slurm/prolog.sh (default: map_dir in gpuscope.conf beside"
+            " slurm.conf, as the prolog reads it, else /run/gpuscope/slurm)"
+        ),
+    )
+    pod_resources_socket: Path = field(
+        default=DEFAULT_SOCKET, metadata=flag("the kubelet's pod-resources API (Kubernetes)")
+    )
+    pod_metadata: PodMetadata = field(
+        default="auto",
+        metadata=flag(
+            "where pod labels (which pods make one job) come from; auto: the API server in a pod, else the kubelet"
+        ),
+    )
+    kubelet_pods_url: str = field(
+        default=KUBELET_PODS_URL, metadata=flag("the kubelet's read-only pod list, for --pod-metadata kubelet")
+    )
+    dcgm_compat: bool = field(
+        default=False, metadata=flag("serve dcgm-exporter's metric names too (NVIDIA GPUs; docs/)")
+    )
+    amd_compat: bool = field(
+        default=False, metadata=flag("serve AMD device-metrics-exporter's metric names too (AMD GPUs)")
+    )
+    compat_only: bool = field(
+        default=False, metadata=flag("serve only the compatible names chosen, not gpuscope's own")
+    )
+    # where the InfiniBand ports are read: tests point it at a fake tree
+    ib_root: Path = field(
+        default=Path("/sys/class/infiniband"), metadata=flag("sysfs tree of the InfiniBand ports", hidden=True)
+    )
+    sim_seed: int = field(default=0, metadata=flag("seed for --backend sim"))
+    sim_gpus: int = field(default=8, metadata=flag("GPUs for --backend sim", ge=1))
+
+    def __post_init__(self) -> None:
+        check_bounds(self)  # settings made in code too: the demo, the tests
 
 
 def build(settings: ExporterSettings) -> NodeExporter:

@@ -130,7 +130,10 @@ def test_auto_without_gpus_says_so_once_and_suggests_the_simulator() -> None:
 
 
 def commands(parser: argparse.ArgumentParser, name: str = "gpuscope") -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    """Every command and subcommand (`gpuscope alerts silence add`...) with its parser."""
+    """Every command and subcommand (`gpuscope alerts silence add`...) with its parser, all its options
+    added (a service's are made from its settings when first needed)."""
+    if isinstance(parser, cli._Parser):
+        parser.with_all_flags()
     yield name, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

@@ -55,7 +55,7 @@ def test_the_driver_version_label_is_on_every_series() -> None:
 def test_every_gpuscope_flag_the_guide_names_exists() -> None:
     text = DOC.read_text()
     flags = set(re.findall(r"(--[a-z][a-z-]+)", text))
-    exporter = _parser()._subparsers._group_actions[0].choices["exporter"]  # type: ignore[union-attr]
+    exporter = _parser()._subparsers._group_actions[0].choices["exporter"].with_all_flags()  # type: ignore[union-attr]
     known = {option for action in exporter._actions for option in action.option_strings}
     dcgm_flags = {"--hpc-job-mapping-dir", "--kubernetes-enable-pod-labels", "--web-config-file", "--collect-interval"}
     assert {"--dcgm-compat", "--compat-only", "--listen", "--slurm-mapping-dir"} <= flags
