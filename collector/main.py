@@ -24,6 +24,7 @@ from gpuscope.collector.api.fast_ingest import FastIngest
 from gpuscope.collector.api.guard import MAX_BODY_BYTES, READ_METHODS, RequestGuard
 from gpuscope.collector.api.state import CollectorState
 from gpuscope.collector.api.strict_query import only_known_parameters
+from gpuscope.collector.ingest.body_rules import DEFAULT_MAX_BODY_BYTES
 from gpuscope.collector.ingest.state import IngestState
 from gpuscope.collector.parts import Part
 from gpuscope.collector.store import allocations, rollups, timescale, usage
@@ -48,7 +49,7 @@ class CollectorConfig:
     auth: TokenAuth  # ingest tokens
     read_auth: TokenAuth | None = None  # None: the read API is open
     admin_auth: TokenAuth | None = None  # None: nothing may be changed through the API
-    max_body_bytes: int = 32 * 2**20  # ingest; every other route takes at most max_other_body_bytes
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # ingest; every other route takes at most max_other_body_bytes
     max_other_body_bytes: int = MAX_BODY_BYTES
     read_statement_timeout_s: float | None = 10.0  # a read statement's limit, and a read request's budget
     max_concurrent_writes: int = 8
@@ -115,6 +116,7 @@ def create_app(config: CollectorConfig) -> FastIngest:
                 read_auth=config.read_auth,
                 admin_auth=config.admin_auth,
                 read_timeout_s=config.read_statement_timeout_s,
+                database_metrics={part.name: part.metrics for part in config.parts if part.metrics is not None},
             )
             # Background work in one task group: it ends (each task cancelled and awaited, so their
             # connections close) before the pools close.
@@ -149,7 +151,8 @@ def create_app(config: CollectorConfig) -> FastIngest:
     app.add_middleware(RequestGuard, max_body_bytes=config.max_other_body_bytes)
     errors.install(app)
     app.include_router(ingest.router)
-    for router in (read.router, read_nics.router, read_jobs.router):
+    job_fields = tuple(extra for part in config.parts for extra in part.job_fields)
+    for router in (read.router, read_nics.router, read_jobs.router, read_jobs.job_detail_router(job_fields)):
         app.include_router(router, dependencies=[Depends(require_read_token)])
     for part in config.parts:
         for router in part.routers:

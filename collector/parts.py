@@ -1,8 +1,10 @@
-"""What an extension brings to the collector: schema work at start, routes, and leader tasks.
+"""What an extension brings to the collector: schema work at start, routes, leader tasks, figures for
+/metrics and fields of the job detail.
 
-The collector core (main.py) knows only this shape. The alert engine (alerts/part.py) and the straggler
-watch (stragglers/part.py) each describe themselves as a Part, and the composition root
-(gpuscope/collector_process.py) hands the list to create_app, so the core imports none of them.
+The collector core (main.py) knows only this shape. The alert engine (alerts/part.py), the straggler
+watch (stragglers/part.py), fleet health (health/part.py) and the reports (reports/part.py) each describe
+themselves as a Part, and the composition root (gpuscope/collector_process.py) hands the list to
+create_app, so the core imports none of them, nor reads their tables.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 from fastapi import APIRouter
 from psycopg import AsyncConnection
 
+from gpuscope.collector.api.read_jobs import JobDetailField
+from gpuscope.collector.api.state import DatabaseMetrics
 from gpuscope.core.leader import lead_when_free
 
 
@@ -43,3 +47,7 @@ class Part:
     prepare: Callable[[str], object] | None = None
     routers: tuple[APIRouter, ...] = ()  # each route checks its own token (collector/api/deps.py)
     leader_tasks: tuple[LeaderTask, ...] = ()
+    # Its metric families, read from the database at each scrape of /metrics; left out when the read fails.
+    metrics: DatabaseMetrics | None = None
+    # What it adds to GET /api/v1/jobs/{job_id}, beside the job and its GPUs.
+    job_fields: tuple[JobDetailField, ...] = ()

@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuscope.alerts.reads import SEVERITY_ORDER, AlertRow
-from gpuscope.collector.query import StragglerRow, UnhealthyGpu
+from gpuscope.collector.query import UnhealthyGpu
 from gpuscope.dashboard.components import query_string
+from gpuscope.stragglers.reads import StragglerRow
 
 # An unhealthy GPU's reason (collector/query/fleet.py) that an alert of the same GPU (or node) already
 # tells: the alert is the line's cause, the reason adds nothing. "row remap pending" has no alert.

@@ -11,11 +11,13 @@ from psycopg_pool import ConnectionPool
 
 from gpuscope.alerts import reads as alert_reads
 from gpuscope.collector import query
+from gpuscope.collector.query.buckets import chart_bucket, chart_buckets
 from gpuscope.collector.query.fleet import jobs_with_idle_gpus
 from gpuscope.collector.query.rack_nodes import RackJob, RackNode, rack_nodes
 from gpuscope.collector.query.rack_power import NEAR_BUDGET
 from gpuscope.dashboard import time_ranges
-from gpuscope.dashboard.grid import Grid, choose_level, coarsen, to_grid, with_jobs
+from gpuscope.dashboard.grid import Grid, choose_level, to_grid, with_jobs
+from gpuscope.stragglers import reads as straggler_reads
 
 RANGES_S = time_ranges.PRESETS_S
 HEATMAP_MAX_COLUMNS = 180
@@ -46,7 +48,7 @@ class Attention:
     (silent ones among them), racks near their power budget."""
 
     alerts: list[alert_reads.AlertRow]
-    stragglers: list[query.StragglerRow]
+    stragglers: list[straggler_reads.StragglerRow]
     gpus_silent: int
     unhealthy: list[query.UnhealthyGpu] = field(default_factory=list)
     racks_near_budget: list[RackLoad] = field(default_factory=list)
@@ -74,7 +76,7 @@ def load_overview(
         unhealthy = query.unhealthy_gpus(conn) if summary.gpus_unhealthy else []
         idle_jobs = jobs_with_idle_gpus(conn) if summary.gpus_idle_in_job else []
         firing = alert_reads.alerts(conn, "firing", limit=200)
-        stragglers = query.stragglers(conn, window, active_only=True, limit=50)
+        stragglers = straggler_reads.stragglers(conn, window, active_only=True, limit=50)
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
         level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
         grid_bucket, power_bucket = rollup_buckets(conn, window, HEATMAP_MAX_COLUMNS, POWER_MAX_POINTS)
@@ -129,25 +131,16 @@ def rollup_bucket(conn: Any, window: query.TimeRange, max_points: int) -> int:
 
 
 def rollup_buckets(conn: Any, window: query.TimeRange, *max_points: int) -> tuple[int, ...]:
-    """A width per chart of the window: whole minutes from an hour up, so the rollups answer rather than
-    raw samples; below, never narrower than the samples fill (an empty bucket between two samples would
-    read as an outage)."""
-    minimum = 60 if window.seconds >= 3600 else 1
-    return query.fillable_buckets(conn, window, *(query.bucket_for(window, n, minimum) for n in max_points))
-
-
-# Up to this many minute cells, a heatmap of wider buckets is read as minutes (the minute rollup's rows
-# as they are) and widened for the screen: regrouping the rollup in SQL cost more than twice as much.
-MINUTE_CELLS_MAX = 400_000
+    """A width per chart of the window, preferring the rollups (the bucket policy, query/buckets.py:
+    whole minutes from an hour up; below, never narrower than the samples fill)."""
+    return chart_buckets(conn, window, *max_points, prefer_rollups=True)
 
 
 def _grid(conn: Any, metric: str, window: query.TimeRange, bucket: int, level: str, gpus: int, nodes: int) -> Grid:
+    """The heatmap at `level`; the query layer picks its source (the minute rollup read as it is and
+    widened, for buckets of several minutes: query/buckets.py read_width)."""
     chosen = choose_level(gpus, nodes, len(window.buckets(bucket)), level)
-    if 60 < bucket < 3600 and bucket % 60 == 0 and gpus * window.seconds / 60 <= MINUTE_CELLS_MAX:
-        grid = to_grid(coarsen(query.heatmap(conn, metric, window, 60), bucket), chosen)
-    else:
-        grid = to_grid(query.heatmap(conn, metric, window, bucket), chosen)
-    return _with_jobs(conn, grid)
+    return _with_jobs(conn, to_grid(query.heatmap(conn, metric, window, bucket), chosen))
 
 
 def _with_jobs(conn: Any, grid: Grid) -> Grid:
@@ -199,15 +192,15 @@ def _budget_kw(rack: str, budgets_kw: dict[str, float], nameplate_w: dict[str, f
 @dataclass(frozen=True)
 class JobsData:
     jobs: list[query.JobRow]
-    stragglers: dict[str, list[query.StragglerRow]]  # job_id -> its stragglers in the range
+    stragglers: dict[str, list[straggler_reads.StragglerRow]]  # job_id -> its stragglers in the range
 
 
 def load_jobs(pool: ConnectionPool[Any], state: str, range_key: str) -> JobsData:
     window = time_range(range_key)
     with pool.connection() as conn:
         jobs = query.jobs(conn, window, state, limit=300)  # type: ignore[arg-type]
-        found = query.stragglers(conn, window, limit=1000)
-    by_job: dict[str, list[query.StragglerRow]] = {}
+        found = straggler_reads.stragglers(conn, window, limit=1000)
+    by_job: dict[str, list[straggler_reads.StragglerRow]] = {}
     for row in found:
         by_job.setdefault(row.job_id, []).append(row)
     return JobsData(jobs, by_job)
@@ -217,7 +210,7 @@ def load_jobs(pool: ConnectionPool[Any], state: str, range_key: str) -> JobsData
 class JobData:
     job: query.JobRow | None
     grid: Grid
-    stragglers: list[query.StragglerRow]
+    stragglers: list[straggler_reads.StragglerRow]
     mig: list[query.JobGpu] = field(default_factory=list)  # the MIG devices it held, with their own usage
 
 
@@ -231,7 +224,7 @@ def load_job(pool: ConnectionPool[Any], job_id: str, metric: str, range_key: str
         bucket = rollup_bucket(conn, window, HEATMAP_MAX_COLUMNS)
         gpu_ids = query.select_gpus(conn, job=job_id)
         heatmap = query.heatmap(conn, metric, window, bucket, gpu_ids)
-        stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
+        stragglers = straggler_reads.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
         mig = [held for held in query.job_gpus(conn, job_id) if held.mig is not None] if job.mig_devices else []
         grid = _with_jobs(conn, to_grid(heatmap, "gpu"))
     return JobData(job, grid, stragglers, mig)
@@ -260,7 +253,7 @@ def _newest_reasons(seen: query.Throttling | None) -> int:
 def load_node(pool: ConnectionPool[Any], node: str, gpu: int | None, range_key: str) -> NodeData | None:
     window = time_range(range_key)
     with pool.connection() as conn:
-        bucket = query.fillable_bucket(conn, window, query.bucket_for(window, SERIES_MAX_POINTS))
+        bucket = chart_bucket(conn, window, SERIES_MAX_POINTS)
         gpu_ids = query.select_gpus(conn, node=node)
         if not gpu_ids:
             return None

@@ -15,6 +15,7 @@ from gpuscope.collector.query.idle_gpus import IdleGpu, idle_gpus
 from gpuscope.collector.query.job_thermals import Thermals, job_thermals
 from gpuscope.dashboard.data import time_range
 from gpuscope.dashboard.job_view import QUERY_STATES, JobsView
+from gpuscope.stragglers import reads as straggler_reads
 
 JOBS_MAX = 300  # each with its usage over its whole life: the list stays a short read
 
@@ -22,7 +23,7 @@ JOBS_MAX = 300  # each with its usage over its whole life: the list stays a shor
 @dataclass(frozen=True)
 class JobsList:
     jobs: list[query.JobRow]  # as the store orders them, JOBS_MAX at most
-    stragglers: dict[str, list[query.StragglerRow]]  # job_id -> its stragglers in the range
+    stragglers: dict[str, list[straggler_reads.StragglerRow]]  # job_id -> its stragglers in the range
     owners: query.JobOwners  # everyone with jobs in the range, for the filters
     truncated: bool  # more jobs matched than were loaded
     idle: dict[str, list[IdleGpu]] = field(default_factory=dict)  # job_id -> the GPUs it holds idle now
@@ -39,11 +40,11 @@ def load_jobs_list(pool: ConnectionPool[Any], view: JobsView) -> JobsList:
             namespace=view.namespace or None,
             limit=JOBS_MAX + 1,
         )
-        found = query.stragglers(conn, window, limit=1000)
+        found = straggler_reads.stragglers(conn, window, limit=1000)
         owners = query.job_owners(conn, window)
         running = [job.job_id for job in jobs[:JOBS_MAX] if job.running]
         idle = idle_gpus(conn, jobs=running) if running else []
-    by_job: dict[str, list[query.StragglerRow]] = {}
+    by_job: dict[str, list[straggler_reads.StragglerRow]] = {}
     for row in found:
         by_job.setdefault(row.job_id, []).append(row)
     idle_by_job: dict[str, list[IdleGpu]] = {}
@@ -57,8 +58,8 @@ class JobEfficiencyData:
     job: query.JobRow
     efficiency: query.JobEfficiency
     gpus: list[query.JobGpu]  # one per allocation: the per-rank view
-    stragglers: list[query.StragglerRow]  # while it ran, newest first
-    judged: query.JudgingModel | None = None  # how the straggler watch judged it; None: never seen by it
+    stragglers: list[straggler_reads.StragglerRow]  # while it ran, newest first
+    judged: straggler_reads.JudgingModel | None = None  # how the straggler watch judged it; None: never seen by it
     thermals: dict[tuple[int, datetime], Thermals] = field(default_factory=dict)  # (GPU id, held from) ->
 
 
@@ -70,8 +71,8 @@ def load_job_efficiency(pool: ConnectionPool[Any], job_id: str) -> JobEfficiency
         efficiency = query.job_efficiency(conn, job_id)
         gpus = query.job_gpus(conn, job_id)
         end = max(job.ended_at or datetime.now(UTC), job.started_at + timedelta(seconds=1))
-        stragglers = query.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
-        judged = query.judging_model(conn, job_id)
+        stragglers = straggler_reads.stragglers(conn, query.TimeRange(job.started_at, end), job=job_id)
+        judged = straggler_reads.judging_model(conn, job_id)
         thermals = job_thermals(conn, job_id)
     if efficiency is None:  # its allocations went between the two reads (retention)
         return None

@@ -19,6 +19,7 @@ from gpuscope.dashboard.job_gaps import gap
 from gpuscope.dashboard.job_table import gpu_hours
 from gpuscope.dashboard.scales import GIB
 from gpuscope.dashboard.uuids import uuid_span
+from gpuscope.stragglers.reads import JudgingModel, StragglerRow
 
 TILE = {
     "display": "inline-block",
@@ -218,9 +219,7 @@ def _memory_tile(peak: query.PeakMemory | None) -> html.Div:
     return _tile("memory", f"{peak.used_bytes / GIB:.1f} GiB", label, [f"{of.strip()} on ", link, ", in its last hour"])
 
 
-def _straggler_tile(
-    active: list[query.StragglerRow], found: list[query.StragglerRow], judged: query.JudgingModel | None
-) -> html.Div:
+def _straggler_tile(active: list[StragglerRow], found: list[StragglerRow], judged: JudgingModel | None) -> html.Div:
     if not found:
         if judged is not None and judged.model == "independent":
             return _tile("stragglers", "not judged", "stragglers", judged.words)
@@ -237,7 +236,7 @@ def _straggler_tile(
     return _tile("stragglers", value, label, causes if active else ["earlier: ", *causes])
 
 
-def _in_words(loaded: JobEfficiencyData, now: datetime, active: list[query.StragglerRow]) -> str:
+def _in_words(loaded: JobEfficiencyData, now: datetime, active: list[StragglerRow]) -> str:
     job, eff, usage = loaded.job, loaded.efficiency, loaded.job.usage
     words = [f"{_held(job, now)}: {gpu_hours(job.gpu_hours)} GPU-hours."]
     busy = []

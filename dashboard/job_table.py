@@ -13,6 +13,7 @@ from gpuscope.dashboard import html_table, job_gaps
 from gpuscope.dashboard.components import ago, job_href, node_href
 from gpuscope.dashboard.html_table import escape, link, span
 from gpuscope.dashboard.job_view import COLUMNS, IDLE_WORDS, Column, JobsView, judged_for_idle
+from gpuscope.stragglers.reads import StragglerRow
 
 NUMERIC = {"nodes", "gpus", "gpu_hours", "util", "sm", "tensor"}
 
@@ -25,7 +26,7 @@ def gpu_hours(hours: float) -> str:
 def jobs_table(
     view: JobsView,
     jobs: list[query.JobRow],
-    stragglers: dict[str, list[query.StragglerRow]],
+    stragglers: dict[str, list[StragglerRow]],
     idle: dict[str, list[IdleGpu]] | None = None,
 ) -> Any:
     """The table, and under it the legend of its "-" cells. One HTML table (dashboard/html_table.py): as
@@ -54,7 +55,7 @@ def _sort_link(view: JobsView, column: Column) -> str:
 class Held:
     """What the list found about one job: its stragglers in the range, the GPUs it holds idle now."""
 
-    stragglers: list[query.StragglerRow]
+    stragglers: list[StragglerRow]
     idle: list[IdleGpu]
 
 
@@ -111,7 +112,7 @@ def _filter_link(text: str, view: JobsView, title: str) -> str:
     return link(text, "/jobs" + view.search(), title=title, className="filter-link")
 
 
-def _straggler(job: query.JobRow, found: list[query.StragglerRow], missing: Any) -> str:
+def _straggler(job: query.JobRow, found: list[StragglerRow], missing: Any) -> str:
     if found:
         worst = max(found, key=lambda s: s.slowdown)
         active = " (now)" if worst.ended_at is None else ""

@@ -1,25 +1,15 @@
 """The Reports page's section on what stragglers cost over its range: the GPU-hours jobs spent beyond
-their normal pace (collector/query/stragglers.py says how an episode is reckoned), by cause and by the
+their normal pace (stragglers/reads.py says how an episode is reckoned), by cause and by the
 jobs that lost most, each job a link to its page. The same figures as GET /api/v1/reports/stragglers."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from dash import dcc, html
-from psycopg_pool import ConnectionPool
 
-from gpuscope.collector import query
-from gpuscope.collector.query.straggler_cost import CostReport, straggler_cost
 from gpuscope.dashboard.components import MUTED, job_href, table
+from gpuscope.stragglers.cost import CostReport
 
 JOBS_SHOWN = 10
-
-
-def load(pool: ConnectionPool[Any], window: query.TimeRange) -> tuple[CostReport, CostReport]:
-    """By job and by cause."""
-    with pool.connection() as conn:
-        return straggler_cost(conn, window, "job"), straggler_cost(conn, window, "cause")
 
 
 def section(by_job: CostReport, by_cause: CostReport) -> html.Div:

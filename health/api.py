@@ -10,17 +10,17 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query
 from pydantic import BaseModel, Field
 
-from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep, WritePoolDep, require_admin_token, require_read_token
 from gpuscope.collector.api.params import TimeRangeDep
 from gpuscope.collector.api.responses import error
 from gpuscope.health import holds
+from gpuscope.health.reads import NodeHealth, health_actions, health_nodes, health_transitions
 
 router = APIRouter(prefix="/api/v1/health", tags=["health"])
 StateName = Literal["healthy", "suspect", "unhealthy", "drained", "validating"]
 
 
-def node_json(node: query.NodeHealth) -> dict[str, Any]:
+def node_json(node: NodeHealth) -> dict[str, Any]:
     return {
         "cluster": node.cluster,
         "node": node.node,
@@ -50,14 +50,14 @@ def get_nodes(
     episode (since it was last healthy), the least healthy first. `would_drain`: the drain a dry run
     recorded for an unhealthy node and did not run."""
     with pool.connection() as conn:
-        return [node_json(n) for n in query.health_nodes(conn, cluster, state, node=node)]
+        return [node_json(n) for n in health_nodes(conn, cluster, state, node=node)]
 
 
 @router.get("/transitions", dependencies=[Depends(require_read_token)])
 def get_transitions(pool: ReadPoolDep, span: TimeRangeDep) -> list[dict[str, Any]]:
     """Every state change in the range, newest first; `actor` is gpuscope, human or scheduler."""
     with pool.connection() as conn:
-        rows = query.health_transitions(conn, span)
+        rows = health_transitions(conn, span)
     return [
         {"at": t.at, "cluster": t.cluster, "node": t.node, "from": t.from_state, "to": t.to_state,
          "reason": t.reason, "actor": t.actor}
@@ -69,7 +69,7 @@ def get_transitions(pool: ReadPoolDep, span: TimeRangeDep) -> list[dict[str, Any
 def get_actions(pool: ReadPoolDep, span: TimeRangeDep) -> list[dict[str, Any]]:
     """Every scheduler command gpuscope ran, would have run (dry run) or refused, newest first."""
     with pool.connection() as conn:
-        return [asdict(a) for a in query.health_actions(conn, span)]
+        return [asdict(a) for a in health_actions(conn, span)]
 
 
 class HoldIn(BaseModel):

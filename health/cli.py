@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from gpuscope.collector.query.range_keys import PRESETS_S, checked_key
 from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
 from gpuscope.health.model import State
 
@@ -30,7 +29,7 @@ def add_parser(commands: Any) -> None:
     history = sub.add_parser("history", help="the audit trail: transitions and scheduler actions")
     window = history.add_mutually_exclusive_group()
     window.add_argument("--minutes", type=_minutes, default=24 * 60, help="how far back (default 1440: a day)")
-    window.add_argument("--range", type=_range, help=f"as in the UI: {', '.join(PRESETS_S)}, or FROM..TO in UTC")
+    window.add_argument("--range", type=_range, help="as in the UI: 15m, 1h, 6h, 24h, 7d, or FROM..TO in UTC")
     hold = sub.add_parser("hold", help="hold a node: gpuscope neither drains nor resumes it")
     release = sub.add_parser("release", help="lift a hold")
     for p in (hold, release):
@@ -46,6 +45,10 @@ def add_parser(commands: Any) -> None:
 
 
 def _range(text: str) -> str:
+    # Imported here: the query package needs psycopg, which a GPU node's install (the exporter, this same
+    # command) does not have. tests/test_packaging.py runs `gpuscope exporter --help` on such an install.
+    from gpuscope.collector.query.range_keys import checked_key
+
     try:
         return checked_key(text, timedelta(minutes=MAX_MINUTES))
     except ValueError as exc:

@@ -1,5 +1,5 @@
-"""Fleet health as a collector part: its API, and the health loop as a leader task (one collector at a
-time runs it, like the straggler watch and the alert engine)."""
+"""Fleet health as a collector part: its API, its gauge on /metrics, and the health loop as a leader task
+(one collector at a time runs it, like the straggler watch and the alert engine)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from psycopg import AsyncConnection
 from gpuscope.collector.parts import LeaderTask, Part
 from gpuscope.health.api import router
 from gpuscope.health.loop import LOCK_KEY, HealthLoop
+from gpuscope.health.metrics import node_health_metrics
 from gpuscope.health.policy import HealthPolicy
 from gpuscope.health.schedulers.base import Scheduler
 from gpuscope.health.schedulers.kubernetes import KubernetesScheduler
@@ -40,4 +41,4 @@ def health_part(policy: HealthPolicy | None = None, run_loop: bool = True) -> Pa
             await asyncio.sleep(policy.every_s)
 
     tasks = (LeaderTask("health loop", LOCK_KEY, watch, min(policy.every_s / 3, 5.0)),) if run_loop else ()
-    return Part(name="health", routers=(router,), leader_tasks=tasks)
+    return Part(name="health", routers=(router,), leader_tasks=tasks, metrics=node_health_metrics)

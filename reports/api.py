@@ -13,8 +13,8 @@ from gpuscope.collector.api.deps import ReadPoolDep, WritePoolDep, require_admin
 from gpuscope.collector.api.params import TimeRangeDep
 from gpuscope.collector.api.responses import error
 from gpuscope.collector.query.jobstats import JobReport, job_report
-from gpuscope.collector.query.straggler_cost import CostDimension, straggler_cost
 from gpuscope.collector.query.usage import Dimension, Rates, UsageReport, usage_report
+from gpuscope.stragglers.cost import CostDimension, straggler_cost
 
 MAX_GRID_POINTS = 100_000  # about 11 years of hourly values
 

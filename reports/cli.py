@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from gpuscope.collector.query.range_keys import PRESETS_S, checked_key
 from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
 from gpuscope.reports.text import one_line
 from gpuscope.reports.verdicts import verdicts
@@ -32,7 +31,7 @@ def add_parser(commands: Any) -> None:
     usage.add_argument("--by", choices=DIMENSIONS, default="user", help="group by (default user)")
     window = usage.add_mutually_exclusive_group()
     window.add_argument("--days", type=float, default=7, help="the last N days (default 7)")
-    window.add_argument("--range", type=_range, help=f"as in the UI: {', '.join(PRESETS_S)}, or FROM..TO in UTC")
+    window.add_argument("--range", type=_range, help="as in the UI: 15m, 1h, 6h, 24h, 7d, or FROM..TO in UTC")
     _client_options(usage, "read token")
     usage.set_defaults(run=_run_usage)
     grid = sub.add_parser("grid-load", help="load the grid's carbon intensity: CSV lines 'TIME,G_PER_KWH'")
@@ -93,6 +92,10 @@ def job_text(report: dict[str, Any]) -> str:
 
 
 def _range(text: str) -> str:
+    # Imported here: the query package needs psycopg, which a GPU node's install (the exporter, this same
+    # command) does not have. tests/test_packaging.py runs `gpuscope exporter --help` on such an install.
+    from gpuscope.collector.query.range_keys import checked_key
+
     try:
         return checked_key(text, timedelta(days=800))  # the read API's longest range
     except ValueError as exc:

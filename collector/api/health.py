@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from typing import Any
+import logging
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
-from gpuscope.collector import query
 from gpuscope.collector.api.deps import IngestStateDep, ReadPoolDep
 from gpuscope.collector.api.responses import HealthOut, UnhealthyOut
+from gpuscope.collector.api.state import DatabaseMetrics, collector_state
 from gpuscope.collector.store.availability import Cause, DatabaseStatus, classify
 
 router = APIRouter(tags=["health"])
+log = logging.getLogger(__name__)
+
+
+async def _part_metrics(request: Request) -> Mapping[str, DatabaseMetrics]:
+    """Each part's figures for /metrics (collector/parts.py), by part name."""
+    return collector_state(request.app).database_metrics
+
+
+PartMetricsDep = Annotated[Mapping[str, DatabaseMetrics], Depends(_part_metrics)]
 
 
 @router.get(
@@ -59,9 +70,9 @@ def healthz(pool: ReadPoolDep, state: IngestStateDep) -> JSONResponse:
     response_class=PlainTextResponse,  # the handler answers itself; this declares text/plain
     responses={200: {"description": "The Prometheus text exposition format"}},
 )
-def metrics(state: IngestStateDep, pool: ReadPoolDep) -> Response:
-    own = generate_latest(state.registry) + _availability_metrics(state.database)
-    return Response(own + _database_metrics(pool), media_type=CONTENT_TYPE_LATEST)
+def metrics(state: IngestStateDep, pool: ReadPoolDep, parts: PartMetricsDep) -> Response:
+    own = generate_latest(state.scraped) + _availability_metrics(state.database)  # every worker's, summed
+    return Response(own + _database_metrics(pool, parts), media_type=CONTENT_TYPE_LATEST)
 
 
 def _availability_metrics(database: DatabaseStatus) -> bytes:
@@ -82,36 +93,29 @@ def _availability_metrics(database: DatabaseStatus) -> bytes:
     return _exposition(*families)
 
 
-def _database_metrics(pool: ConnectionPool[Any]) -> bytes:
-    """Active stragglers and nodes out of health as gauges, so sites alerting with Prometheus see them too
-    (the JobStraggler and Node* rules in deploy/prometheus). Left out, not failed, when the database is
-    away: /metrics still serves the collector's own figures."""
-    stragglers = GaugeMetricFamily(
-        "gpuscope_straggler_slowdown_ratio",
-        "Estimated slowdown of a running job caused by this node or GPU (active stragglers only)",
-        labels=["job_id", "cluster", "node", "gpu", "cause"],
-    )
-    health = GaugeMetricFamily(
-        "gpuscope_node_health_jobs_running",
-        "Jobs running on a node that is not healthy (one series per such node: its health state and why)",
-        labels=["cluster", "node", "state", "reason"],
-    )
+def _database_metrics(pool: ConnectionPool[Any], parts: Mapping[str, DatabaseMetrics]) -> bytes:
+    """The parts' figures from the database (active stragglers, nodes out of health: the JobStraggler and
+    Node* rules in deploy/prometheus), so sites alerting with Prometheus see them too. A part whose read
+    fails is left out, every part when the database is away: /metrics still serves the rest."""
+    if not parts:
+        return b""
     try:
         with pool.connection(timeout=2.0) as conn:
-            now = datetime.now(UTC)
-            rows = query.stragglers(conn, query.TimeRange(now - timedelta(days=30), now), active_only=True)
-            troubled = query.out_of_health(conn)
-    except Exception:  # any database trouble: serve the rest
+            families = [family for name, read in parts.items() for family in _families_of(name, read, conn)]
+    except Exception:  # no connection: the database is away
         return b""
-    for row in rows:
-        gpu = "" if row.gpu is None else str(row.gpu)
-        stragglers.add_metric([row.job_id, row.cluster, row.node or "", gpu, row.cause], row.slowdown)
-    for node in troubled:
-        health.add_metric([node.cluster, node.node, node.state, node.reason], node.jobs)
-    return _exposition(stragglers, health)
+    return _exposition(*families)
 
 
-def _exposition(*families: GaugeMetricFamily) -> bytes:
+def _families_of(name: str, read: DatabaseMetrics, conn: Connection[Any]) -> list[Metric]:
+    try:
+        return list(read(conn))
+    except Exception as exc:  # a timeout, a missing table, a bug: that part's figures, not the scrape
+        log.warning("/metrics: the %s part's figures are left out: %r", name, exc)
+        return []
+
+
+def _exposition(*families: Metric) -> bytes:
     """Families computed for this scrape, in the text format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Fixed(families))
@@ -119,8 +123,8 @@ def _exposition(*families: GaugeMetricFamily) -> bytes:
 
 
 class _Fixed(Collector):
-    def __init__(self, families: tuple[GaugeMetricFamily, ...]) -> None:
+    def __init__(self, families: tuple[Metric, ...]) -> None:
         self._families = families
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         yield from self._families

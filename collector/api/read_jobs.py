@@ -1,13 +1,16 @@
-"""GET /api/v1/jobs, /jobs/{job_id}, /stragglers and /events: who ran what on which GPUs, how well,
-what slowed it and what broke."""
+"""GET /api/v1/jobs, /jobs/{job_id} and /events: who ran what on which GPUs, how well, and what broke.
+Parts add their own fields to a job's detail (JobDetailField: the straggler watch its judging model)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
-from pydantic import BaseModel
+from psycopg import Connection
+from pydantic import BaseModel, create_model
 
 from gpuscope.collector import query
 from gpuscope.collector.api.deps import ReadPoolDep
@@ -70,44 +73,19 @@ class JobGpuOut(BaseModel):
     mig: MigOut | None = None  # the MIG device held; null: the whole GPU
 
 
-class JudgingModelOut(BaseModel):
-    """How the straggler watch judges the job: synchronous (a slow GPU is a straggler), independent
-    (replicas that wait for nobody: not judged) or undecided (still learning); wander is its measure."""
-
-    model: str
-    wander: float | None
-    updated_at: datetime
-    words: str
-
-
-class JobDetailOut(BaseModel):
+class JobDetailOut(BaseModel):  # the core of a job's detail: each part's JobDetailField adds a field after these
     job: JobOut
     gpus: list[JobGpuOut]
-    straggler_model: JudgingModelOut | None = None  # null: the straggler watch never saw the job run
 
 
-class StragglerOut(BaseModel):
-    job_id: str
-    cluster: str
-    rack: str | None  # null, with node null: a finding about the whole job (cause fabric), no rank blamed
-    node: str | None
-    gpu: int | None  # null: the node or its NIC
-    uuid: str | None
-    nic: str | None  # a slow NIC: its device (e.g. mlx5_3) and port, on nodes with several; else null
-    port: int | None
-    # thermal | power_cap | gpu_degraded (slower at normal clocks) | slow_nic | slow_host | fabric (the
-    # job slowed by the fabric or by another job, aggressor_job, on shared nodes); unknown in rows of old
-    cause: str
-    slowdown: float  # estimated job slowdown, e.g. 0.2 = steps 20% longer
-    evidence: dict[str, float]
-    started_at: datetime
-    declared_at: datetime
-    ended_at: datetime | None
-    gpus: int  # the GPUs the job held during the episode
-    user: str | None  # the job's owner, where the scheduler said
-    # GPU-hours the job spent beyond its normal pace: gpus x duration x slowdown / (1 + slowdown), so far
-    gpu_hours_lost: float
-    aggressor_job: str | None  # fabric: the job whose traffic on shared nodes slowed this one, where known
+@dataclass(frozen=True)
+class JobDetailField:
+    """A field a part adds to GET /api/v1/jobs/{job_id} (collector/parts.py): the answer carries `name`
+    as a `model`, or null where the part has nothing on the job; `read` finds it on the route's connection."""
+
+    name: str
+    model: type[BaseModel]
+    read: Callable[[Connection[Any], str], BaseModel | None]
 
 
 class EventOut(BaseModel):
@@ -158,50 +136,44 @@ def get_jobs(
     return [_job_out(job) for job in found]
 
 
-@router.get(
-    "/jobs/{job_id:path}",  # Kubernetes job ids are "<namespace>/<workload>"
-    response_model=JobDetailOut,
-    summary="One job: each GPU it held and how it used it",
-    responses={404: error("No job has this id")},
-)
-def get_job(pool: ReadPoolDep, job_id: str) -> JobDetailOut:
-    with pool.connection() as conn:
-        job = query.job(conn, job_id)
-        gpus = query.job_gpus(conn, job_id)
-        judged = query.judging_model(conn, job_id)
-    if job is None:
-        raise HTTPException(404, f"no job {job_id!r}")
-    return JobDetailOut(
-        job=_job_out(job),
-        gpus=[
-            JobGpuOut(
-                gpu=gpu_out(g.gpu),
-                started_at=g.started_at,
-                ended_at=g.ended_at,
-                usage=UsageOut(**vars(g.usage)),
-                pod=g.pod,
-                container=g.container,
-                mig=MigOut(**vars(g.mig)) if g.mig is not None else None,
-            )
-            for g in gpus
-        ],
-        straggler_model=None if judged is None else JudgingModelOut(**vars(judged), words=judged.words),
+def job_detail_router(fields: Sequence[JobDetailField] = ()) -> APIRouter:
+    """GET /api/v1/jobs/{job_id}, its answer the core's JobDetailOut with the parts' fields after it (the
+    model keeps its name, so /openapi.json describes the whole answer)."""
+    detail: type[JobDetailOut] = create_model(  # type: ignore[call-overload]
+        "JobDetailOut",
+        __base__=JobDetailOut,
+        **{field.name: (field.model | None, None) for field in fields},
     )
+    detail_router = APIRouter(prefix="/api/v1", tags=["read"])
+
+    @detail_router.get(
+        "/jobs/{job_id:path}",  # Kubernetes job ids are "<namespace>/<workload>"
+        response_model=detail,
+        summary="One job: each GPU it held and how it used it",
+        responses={404: error("No job has this id")},
+    )
+    def get_job(pool: ReadPoolDep, job_id: str) -> JobDetailOut:
+        with pool.connection() as conn:
+            job = query.job(conn, job_id)
+            if job is None:
+                raise HTTPException(404, f"no job {job_id!r}")
+            gpus = query.job_gpus(conn, job_id)
+            found = {field.name: field.read(conn, job_id) for field in fields}
+        return detail(job=_job_out(job), gpus=[_job_gpu_out(g) for g in gpus], **found)
+
+    return detail_router
 
 
-@router.get(
-    "/stragglers", response_model=list[StragglerOut], summary="Stragglers in running and past jobs, newest first"
-)
-def get_stragglers(
-    pool: ReadPoolDep,
-    time_range: TimeRangeDep,
-    job: str | None = None,
-    active: bool = False,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> list[StragglerOut]:
-    with pool.connection() as conn:
-        rows = query.stragglers(conn, time_range, job=job, active_only=active, limit=limit)
-    return [StragglerOut.model_validate(row, from_attributes=True) for row in rows]
+def _job_gpu_out(g: query.JobGpu) -> JobGpuOut:
+    return JobGpuOut(
+        gpu=gpu_out(g.gpu),
+        started_at=g.started_at,
+        ended_at=g.ended_at,
+        usage=UsageOut(**vars(g.usage)),
+        pod=g.pod,
+        container=g.container,
+        mig=MigOut(**vars(g.mig)) if g.mig is not None else None,
+    )
 
 
 @router.get("/events", response_model=list[EventOut], summary="XID errors, GPUs lost and back, newest first")

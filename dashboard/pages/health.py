@@ -3,7 +3,7 @@ filters the list by it; the nodes not healthy (or in the chosen state, or held) 
 who holds them, their GPUs' verdicts and the evidence of their current episode (and, on an unhealthy node,
 the drain a dry run recorded and did not run); then the audit trail over the range: every transition, and
 every scheduler action done or only planned (dry run). Node names never wrap. The health loop
-(health/loop.py) writes it; this page reads it through the query layer (collector/query/fleet_health.py)."""
+(health/loop.py) writes it; this page reads it through dashboard/health_data.py (health/reads.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,21 @@ from typing import Any
 
 import dash_mantine_components as dmc
 from dash import Dash, Input, Output, State, dcc, html, no_update
-from psycopg_pool import ConnectionPool
 
-from gpuscope.collector import query
 from gpuscope.dashboard import html_table, time_ranges
 from gpuscope.dashboard.components import ago, banner, guarded, node_href, nothing, query_params, query_string
 from gpuscope.dashboard.context import Context
+from gpuscope.dashboard.health_data import HealthData, load_health
 from gpuscope.dashboard.html_table import element, escape, link, span
+from gpuscope.health.reads import (
+    ActionRow,
+    DryRunDrain,
+    EvidenceRow,
+    GpuVerdict,
+    HealthCounts,
+    NodeHealth,
+    TransitionRow,
+)
 from gpuscope.health.xid_catalog import ACTIONS
 
 TITLE = "Health"
@@ -57,25 +65,10 @@ class HealthView:
         return "/health" + query_string({"state": self.state, "range": self.range_key})
 
 
-@dataclass(frozen=True)
-class HealthData:
-    counts: query.HealthCounts
-    nodes: list[query.NodeHealth]
-    transitions: list[query.TransitionRow]
-    actions: list[query.ActionRow]
-
-
-def load(pool: ConnectionPool[Any], view: HealthView) -> HealthData:
-    window = time_ranges.parse(view.range_key)
-    with pool.connection() as conn:
-        counts = query.health_counts(conn)
-        if view.state == HELD:
-            nodes = [n for n in query.health_nodes(conn) if n.held_by]
-        else:
-            nodes = query.health_nodes(conn, state=view.state or None, with_healthy=view.state == "healthy")
-        transitions = query.health_transitions(conn, window, limit=SHOWN_MAX + 1)
-        actions = query.health_actions(conn, window, limit=SHOWN_MAX + 1)
-    return HealthData(counts, nodes, transitions, actions)
+def load(ctx: Context, view: HealthView) -> HealthData:
+    held = view.state == HELD
+    state = None if held else view.state or None
+    return load_health(ctx.pool, state, held, time_ranges.parse(view.range_key), SHOWN_MAX)
 
 
 def match(pathname: str) -> dict[str, str] | None:
@@ -118,7 +111,7 @@ def register(app: Dash, ctx: Context) -> None:
     @guarded(unreachable)
     def refresh(_: int | None, search: str | None) -> tuple[Any, ...]:
         view = HealthView.from_search(search)
-        loaded = load(ctx.pool, view)
+        loaded = load(ctx, view)
         return (
             status(loaded.counts),
             headline(loaded.counts, view),
@@ -139,7 +132,7 @@ def register(app: Dash, ctx: Context) -> None:
         return no_update if wanted == now else wanted.href().removeprefix("/health")
 
 
-def status(counts: query.HealthCounts) -> Any:
+def status(counts: HealthCounts) -> Any:
     """What an empty page means: no node known, or a health loop that has recorded nothing (yet)."""
     loop = "No health data yet: the health loop runs in the collector"
     if counts.nodes == 0:
@@ -149,7 +142,7 @@ def status(counts: query.HealthCounts) -> Any:
     return []
 
 
-def headline(counts: query.HealthCounts, view: HealthView) -> html.Div:
+def headline(counts: HealthCounts, view: HealthView) -> html.Div:
     """A card per state with its count (and the nodes not healthy, and those held), each a link to the list
     filtered by it."""
     numbers = {NOT_HEALTHY: counts.nodes - counts.states["healthy"], **counts.states, HELD: counts.held}
@@ -174,7 +167,7 @@ def headline(counts: query.HealthCounts, view: HealthView) -> html.Div:
     return html.Div(cards, className="cards")
 
 
-def nodes_part(nodes: list[query.NodeHealth], counts: query.HealthCounts, view: HealthView) -> list[Any]:
+def nodes_part(nodes: list[NodeHealth], counts: HealthCounts, view: HealthView) -> list[Any]:
     title = {NOT_HEALTHY: "Nodes not healthy", HELD: "Nodes held by an operator"}.get(view.state, f"Nodes {view.state}")
     if not nodes:
         if counts.nodes == 0:
@@ -212,7 +205,7 @@ def state_badge(state: str) -> str:
     return span(state, className=f"state-badge state-{state}")
 
 
-def dry_run_badge(drain: query.DryRunDrain) -> str:
+def dry_run_badge(drain: DryRunDrain) -> str:
     """Marks an unhealthy node whose drain a dry run recorded: nothing took it out of service."""
     title = f"dry run: nothing was drained; recorded {drain.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC: {drain.detail}"
     return " " + span("would drain (dry run)", title=title, className="state-badge state-dry-run")
@@ -223,7 +216,7 @@ def moment(at: datetime, words: str | None = None) -> str:
     return span(words or ago(at), title=f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC", className="one-line")
 
 
-def gpu_verdicts(gpus: list[query.GpuVerdict]) -> str:
+def gpu_verdicts(gpus: list[GpuVerdict]) -> str:
     if not gpus:
         return span("no GPU known", className="muted")
     marked = [g for g in gpus if g.state != "healthy"]
@@ -235,11 +228,11 @@ def gpu_verdicts(gpus: list[query.GpuVerdict]) -> str:
     return element("span", "".join(parts), className="gpu-verdicts")
 
 
-def evidence(rows: list[query.EvidenceRow]) -> str:
+def evidence(rows: list[EvidenceRow]) -> str:
     if not rows:
         return span("-", title="no finding since its last return to healthy", className="muted")
 
-    def line(e: query.EvidenceRow) -> str:
+    def line(e: EvidenceRow) -> str:
         cells = [
             span(f"{e.at.astimezone(UTC):%m-%d %H:%M:%S}", title=ago(e.at), className="one-line"),
             span(e.severity, className=f"state-badge state-{e.severity}"),
@@ -255,7 +248,7 @@ def evidence(rows: list[query.EvidenceRow]) -> str:
     return shown + element("details", element("summary", f"{len(rows) - EVIDENCE_INLINE} older") + older)
 
 
-def transitions_part(rows: list[query.TransitionRow]) -> Any:
+def transitions_part(rows: list[TransitionRow]) -> Any:
     if not rows:
         return banner("No transition in this range.", "empty")
     header = ["at (UTC)", "node", "from", "", "to", "by", "reason"]
@@ -274,7 +267,7 @@ def transitions_part(rows: list[query.TransitionRow]) -> Any:
     return [_clipped(len(rows)), html_table.table(header, body, id="health-transitions-table", numeric=[False] * 7)]
 
 
-def actions_part(rows: list[query.ActionRow]) -> Any:
+def actions_part(rows: list[ActionRow]) -> Any:
     if not rows:
         return banner("No scheduler action in this range: drains, resumes, validations, refusals and holds.", "empty")
     header = ["at (UTC)", "node", "action", "scheduler", "mode", "outcome", "detail"]

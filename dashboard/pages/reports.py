@@ -16,15 +16,15 @@ from typing import Any
 import dash_mantine_components as dmc
 import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, callback_context, dcc, html, no_update
-from psycopg_pool import ConnectionPool
 
 from gpuscope.collector import query
-from gpuscope.collector.query.usage import DIMENSIONS, Dimension, Figures, Rates, UsageReport, UsageRow, usage_report
+from gpuscope.collector.query.usage import DIMENSIONS, Dimension, Figures, Rates, UsageReport, UsageRow
 from gpuscope.dashboard import html_table, straggler_cost, time_ranges
 from gpuscope.dashboard.components import MUTED, banner, guarded, job_href, nothing, query_params, query_string
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import message_figure, plain
 from gpuscope.dashboard.html_table import element, escape, link, span
+from gpuscope.dashboard.reports_data import load_straggler_cost, load_usage
 from gpuscope.dashboard.sorting import SortedView, next_sort
 
 TITLE = "Reports"
@@ -145,11 +145,6 @@ class ReportsView(SortedView):
         return replace(self, sort=next_sort(self.sort, key, BY_KEY[key].numeric))
 
 
-def load(pool: ConnectionPool[Any], rates: Rates, view: ReportsView) -> UsageReport:
-    with pool.connection() as conn:
-        return usage_report(conn, view.window(), view.by, rates)
-
-
 def ordered(view: ReportsView, rows: list[UsageRow]) -> list[UsageRow]:
     """The rows in the view's order (the query's, the most allocated first, when none is set); missing
     values (no key, no price) last whichever way."""
@@ -231,7 +226,7 @@ def register(app: Dash, ctx: Context) -> None:
     @guarded(unreachable)
     def refresh(_: int | None, search: str | None) -> tuple[Any, ...]:
         view = ReportsView.from_search(search)
-        report = load(ctx.pool, rates, view)
+        report = load_usage(ctx.pool, view.window(), view.by, rates)
         if report.computed_to is None:
             words = "No usage computed in this range: the collector counts each hour from its minute rollups."
             return banner(words, "empty"), nothing(), message_figure("No usage in this range."), "", nothing()
@@ -248,7 +243,7 @@ def register(app: Dash, ctx: Context) -> None:
     )
     @guarded(lambda message: banner(message, "error"))
     def stragglers(_: int | None, search: str | None) -> Any:
-        return straggler_cost.section(*straggler_cost.load(ctx.pool, ReportsView.from_search(search).window()))
+        return straggler_cost.section(*load_straggler_cost(ctx.pool, ReportsView.from_search(search).window()))
 
     @app.callback(
         Output("reports-download", "data"),
@@ -262,7 +257,7 @@ def register(app: Dash, ctx: Context) -> None:
     def download(_csv: int, _parquet: int, search: str | None) -> tuple[Any, str]:
         kind = "parquet" if callback_context.triggered_id == "reports-parquet" else "csv"
         view = ReportsView.from_search(search)
-        return export(view, load(ctx.pool, rates, view), kind)
+        return export(view, load_usage(ctx.pool, view.window(), view.by, rates), kind)
 
     @app.callback(
         Output("url", "search", allow_duplicate=True),

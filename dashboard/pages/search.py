@@ -8,7 +8,6 @@ from urllib.parse import quote
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from gpuscope.collector import query
 from gpuscope.dashboard.components import (
     ago,
     banner,
@@ -20,6 +19,7 @@ from gpuscope.dashboard.components import (
     table,
 )
 from gpuscope.dashboard.context import Context
+from gpuscope.dashboard.search_data import load_found
 
 TITLE = "Search"
 MAX_TEXT = 200  # longer is not a name anyone types
@@ -38,8 +38,7 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
 
 @guarded(lambda message: banner(message, "error"))
 def _results(ctx: Context, text: str) -> Any:
-    with ctx.pool.connection() as conn:
-        found = query.search(conn, text)
+    found = load_found(ctx.pool, text)
     parts: list[Any] = []
     if found.nodes:
         rows = [[dcc.Link(node, href=node_href(node)), rack, cluster] for cluster, rack, node in found.nodes]
@@ -73,8 +72,7 @@ def register(app: Dash, ctx: Context) -> None:
         if not text:
             return no_update, no_update, no_update
         try:
-            with ctx.pool.connection() as conn:
-                only = query.search(conn, text).only_target()
+            only = load_found(ctx.pool, text).only_target()
         except Exception:  # the results page says what went wrong
             only = None
         if only is not None:

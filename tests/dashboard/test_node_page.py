@@ -41,6 +41,7 @@ from gpuscope.exporter.events import XID, Event
 from gpuscope.exporter.sim import JobSchedule, SimJobs, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, PortReading, Snapshot
 from gpuscope.exporter.wire import Origin
+from gpuscope.stragglers.reads import StragglerRow
 from tests.collector.helpers import push_binary
 from tests.conftest import new_database
 from tests.dashboard import busy_cluster
@@ -368,10 +369,10 @@ def test_a_straggler_is_named_with_its_job_cause_and_slowdown() -> None:
     now = datetime.now(UTC)
     window = query.TimeRange(now - timedelta(hours=1), now)
 
-    def straggler(gpu: int | None, nic: str | None, cause: str) -> query.StragglerRow:
+    def straggler(gpu: int | None, nic: str | None, cause: str) -> StragglerRow:
         started = now - 10 * MINUTE
         port = 1 if nic else None
-        return query.StragglerRow("train-7", "c", "r", "n", gpu, None, nic, port, cause, 0.21, {}, started, now, None)
+        return StragglerRow("train-7", "c", "r", "n", gpu, None, nic, port, cause, 0.21, {}, started, now, None)
 
     gpus = [query.GpuHealth(Summary(now, {}, {}), query.GpuRow(i, "c", "r", "n", i, "u")) for i in range(4)]
     stragglers = [straggler(2, None, "thermal"), straggler(None, "mlx5_3", "slow_nic"), straggler(None, None, "x")]

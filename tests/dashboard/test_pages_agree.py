@@ -25,6 +25,7 @@ from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, Snapshot
 from gpuscope.exporter.wire import Origin
+from gpuscope.stragglers.reads import stragglers
 from tests.collector.helpers import push_binary
 from tests.conftest import new_database, require_tool
 from tests.dashboard import busy_cluster
@@ -212,7 +213,7 @@ def test_the_straggler_is_outlined_from_its_onset_not_over_the_whole_job(pages: 
     with psycopg.connect(pages.dsn) as conn:
         job = query.job(conn, "train-7")
         assert job is not None
-        (straggler,) = query.stragglers(conn, query.TimeRange(job.started_at, job.last_seen), job="train-7")
+        (straggler,) = stragglers(conn, query.TimeRange(job.started_at, job.last_seen), job="train-7")
     open_page(browser, pages.url + "/jobs/train-7")
     layout = browser.execute_script("return document.querySelector('#job-heatmap .js-plotly-plot').layout")
     xs = browser.execute_script("return document.querySelector('#job-heatmap .js-plotly-plot').data[0].x")

@@ -14,8 +14,8 @@ import psycopg
 from gpuscope.alerts import views
 from gpuscope.alerts.engine import AlertEngine
 from gpuscope.alerts.rules import default_rules_text, parse_rules
-from gpuscope.collector import query
 from gpuscope.health.holds import set_hold
+from gpuscope.health.reads import health_counts, health_nodes, out_of_health
 from tests.health.fleet import Fleet
 from tests.health.helpers import at
 
@@ -51,12 +51,12 @@ def test_several_unhealthy_nodes_are_each_recorded_as_would_drain_none_drained_n
         assert fleet.actions(node) == [NO_SCHEDULER], "each would-be drain recorded once, none refused"
         assert fleet.moves(node) == [("healthy", "unhealthy")], "never drained"
     with psycopg.connect(fleet.dsn) as conn:
-        counts = query.health_counts(conn)
+        counts = health_counts(conn)
         assert (counts.states["unhealthy"], counts.states["drained"]) == (3, 0)
-        nodes = query.health_nodes(conn, with_healthy=False)
+        nodes = health_nodes(conn, with_healthy=False)
         assert [(n.node, n.would_drain is not None) for n in nodes] == [("n1", True), ("n2", True), ("n3", True)]
         assert nodes[0].would_drain and nodes[0].would_drain.detail == "would run: no scheduler configured"
-        assert {o.state for o in query.out_of_health(conn)} == {"unhealthy"}, "what /metrics gives Prometheus"
+        assert {o.state for o in out_of_health(conn)} == {"unhealthy"}, "what /metrics gives Prometheus"
     alerts = health_alerts(fleet.dsn)
     assert set(alerts) == {("NodeUnhealthy", "n1"), ("NodeUnhealthy", "n2"), ("NodeUnhealthy", "n3")}
     assert alerts[("NodeUnhealthy", "n1")].startswith("n1 is unhealthy and not drained: " + WOULD_DRAIN)
@@ -74,7 +74,7 @@ def test_a_would_be_drained_node_returns_once_quiet_and_validated_with_nothing_r
     assert fleet.moves("n1") == [("healthy", "unhealthy"), ("unhealthy", "healthy")], "never drained or validating"
     assert [(a, dry) for a, dry, _ in fleet.actions("n1")] == [("drain", True), ("validate", False), ("resume", True)]
     with psycopg.connect(fleet.dsn) as conn:
-        assert query.health_nodes(conn)[0].would_drain is None, "healthy again: nothing pending"
+        assert health_nodes(conn)[0].would_drain is None, "healthy again: nothing pending"
 
 
 def test_a_failed_check_keeps_the_node_unhealthy_and_waits_another_quiet_window(fleet: Fleet) -> None:
@@ -105,7 +105,7 @@ def test_a_hold_pauses_the_dry_run_and_a_release_resumes_it_without_a_second_dra
     fleet.run(health, 150)
     assert fleet.state("n1")[1] == "held (alice: firmware): gpuscope takes no action"
     with psycopg.connect(fleet.dsn) as conn:
-        assert query.health_nodes(conn, with_healthy=False)[0].would_drain is None, "held: gpuscope would do nothing"
+        assert health_nodes(conn, with_healthy=False)[0].would_drain is None, "held: gpuscope would do nothing"
     asyncio.run(hold(None, 155))
     fleet.run(health, 160)
     assert fleet.state("n1")[1].startswith(WOULD_DRAIN + "XID 79")

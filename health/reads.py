@@ -1,5 +1,6 @@
-"""Fleet health as stored by the health loop (health/): each node's state with its GPUs and the evidence
-of its current episode, and the audit trail of transitions. Sync reads for the read API and dashboard."""
+"""Fleet health as stored by the health loop (health/loop.py): each node's state with its GPUs and the evidence
+of its current episode, and the audit trail of transitions and actions. Sync reads for the health API
+(health/api.py), /metrics (health/metrics.py) and the dashboard."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from typing import Any
 import psycopg
 
 from gpuscope.collector.query.timerange import TimeRange
+from gpuscope.health.model import State
 
 EVIDENCE_SHOWN = 50  # the newest findings of a node's episode; the table holds all of them
 GPU_STATES = ("healthy", "suspect", "unhealthy")
+NODE_STATES = tuple(str(state) for state in State)  # the health loop's order
 
 
 @dataclass(frozen=True)
@@ -183,9 +186,6 @@ def out_of_health(conn: psycopg.Connection[Any]) -> list[OutOfHealth]:
         " FROM health_node h JOIN node n USING (node_id) WHERE h.state <> 'healthy' ORDER BY n.cluster, n.name"
     ).fetchall()
     return [OutOfHealth(*row) for row in rows]
-
-
-NODE_STATES = ("healthy", "suspect", "unhealthy", "drained", "validating")  # the health loop's order
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Stragglers the detector declared (stragglers/, the watch), newest first, each with what it cost.
+"""Stragglers the watch declared (stragglers/watch.py), newest first, each with what it cost, and how the watch
+judges each job: the straggler tables' reads, for the read API (stragglers/api.py), /metrics and the dashboard.
 
 What an episode cost: the GPU-hours the job spent beyond what its work would have taken at its normal
 pace. A job `slowdown` slower (steps 1 + slowdown times as long) does in D hours what it would have done

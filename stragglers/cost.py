@@ -1,5 +1,5 @@
 """What stragglers cost over a span, by job, node, cause or user: the GPU-hours lost
-(collector/query/stragglers.py says how an episode's cost is reckoned). An episode that runs past
+(stragglers/reads.py says how an episode's cost is reckoned). An episode that runs past
 either end of the span counts only for the part inside it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from psycopg import Connection, sql
 
-from gpuscope.collector.query.stragglers import JOB_HELD, lost_gpu_hours
 from gpuscope.collector.query.timerange import TimeRange
+from gpuscope.stragglers.reads import JOB_HELD, lost_gpu_hours
 
 CostDimension = Literal["job", "node", "cause", "user"]
 _KEYS: dict[str, sql.SQL] = {
