@@ -10,6 +10,7 @@ from typing import Any, Literal
 from psycopg import Connection
 
 from gpuscope.alerts.silences import SILENCE_COLUMNS, Silence, silence_from_row
+from gpuscope.alerts.state import AlertFields
 
 AlertState = Literal["active", "firing", "pending", "resolved", "all"]
 STATES: dict[str, tuple[str, ...]] = {
@@ -23,16 +24,9 @@ SEVERITY_ORDER = ("critical", "error", "warning", "info")
 
 
 @dataclass(frozen=True)
-class AlertRow:
-    fingerprint: str
-    alertname: str
-    rule_group: str
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    value: float | None
-    state: str
-    active_at: dt.datetime
-    fired_at: dt.datetime | None
+class AlertRow(AlertFields):
+    """An alert as the API and the dashboard show it: with the active silences that mute it."""
+
     resolved_at: dt.datetime | None
     evaluated_at: dt.datetime
     silenced_by: list[int]

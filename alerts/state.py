@@ -20,7 +20,10 @@ if TYPE_CHECKING:  # only its shape: evaluate.py runs SQL, this module runs none
 
 
 @dataclass(frozen=True)
-class Instance:
+class AlertFields:
+    """What an alert is, wherever it is held: the engine's Instance (below) and the API's and the
+    dashboard's AlertRow (reads.py) both start with these, in this order (the columns of alert_instance)."""
+
     fingerprint: str
     alertname: str
     rule_group: str
@@ -30,6 +33,12 @@ class Instance:
     state: str  # pending | firing | resolved
     active_at: dt.datetime
     fired_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class Instance(AlertFields):
+    """An alert as the engine keeps it between evaluations (store.py writes it to alert_instance)."""
+
     last_true_at: dt.datetime
     resolved_at: dt.datetime | None
     evaluated_at: dt.datetime

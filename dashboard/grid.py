@@ -88,25 +88,6 @@ def to_grid(heatmap: Heatmap, level: Level) -> Grid:
     return Grid(heatmap.metric, heatmap.bucket_s, level, grid_rows, heatmap.times, means)
 
 
-def coarsen(heatmap: Heatmap, bucket_s: int) -> Heatmap:
-    """Wider time buckets for display: the mean of the finer buckets' means in each (NaN-aware). The
-    query layer's own wide buckets are exact means of the samples; this is for the screen, where a
-    minute with fewer samples weighing the same as the others does not show."""
-    if not heatmap.times or bucket_s <= heatmap.bucket_s:
-        return heatmap
-    epochs = np.array([t.timestamp() for t in heatmap.times])
-    groups = (epochs // bucket_s).astype(np.int64)
-    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-    values = heatmap.values
-    present = ~np.isnan(values)
-    sums = np.add.reduceat(np.where(present, values, 0.0), starts, axis=1)
-    counts = np.add.reduceat(present.astype(np.int64), starts, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    times = [datetime.fromtimestamp(int(g) * bucket_s, heatmap.times[0].tzinfo) for g in groups[starts]]
-    return Heatmap(heatmap.metric, bucket_s, heatmap.rows, times, means)
-
-
 # A hover names the job of its cell only while that costs little: one short string per cell travels
 # with the figure, so a 1,024-GPU heatmap of 120 buckets would grow by megabytes.
 JOB_HOVER_CELLS_MAX = 30_000

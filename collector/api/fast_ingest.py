@@ -11,8 +11,9 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from gpuscope.collector.api.ingest import INGEST_PATH, push_samples
+from gpuscope.collector.api.ingest import push_samples
 from gpuscope.collector.api.state import collector_state
+from gpuscope.collector.ingest.body_rules import is_ingest
 
 
 class FastIngest:
@@ -20,7 +21,7 @@ class FastIngest:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == INGEST_PATH and scope["method"] == "POST":
+        if is_ingest(scope):
             scope["app"] = self.app
             request = Request(scope, receive)
             response = await push_samples(request, collector_state(self.app).ingest)

@@ -1,5 +1,6 @@
-"""What every request FastAPI serves goes through first (the ingest route does not come here: the fast
-path in api/fast_ingest.py answers it with its own node tokens and body limit).
+"""What every request FastAPI serves goes through first (the ingest request, body_rules.is_ingest,
+does not come here: the fast path in api/fast_ingest.py answers it with its own node tokens and body
+rules, collector/ingest/body_rules.py; should it reach the guard, it is passed on untouched).
 
 In this order, before any route, dependency or body model runs:
 1. The token. A change (any method but GET, HEAD and OPTIONS) wants the admin token: 404 when the
@@ -23,6 +24,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuscope.collector.api.state import CollectorState, collector_state
+from gpuscope.collector.ingest.body_rules import is_ingest
 
 MAX_BODY_BYTES = 64 * 2**10  # silences are well under a kilobyte; nothing outside ingest needs more
 OPEN_PATHS = frozenset({"/healthz", "/docs"})
@@ -48,7 +50,7 @@ class RequestGuard:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or is_ingest(scope):
             await self.app(scope, receive, send)
             return
         try:

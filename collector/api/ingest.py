@@ -17,15 +17,13 @@ from pydantic import BaseModel
 from gpuscope.collector.api.auth import ANY_NODE
 from gpuscope.collector.api.deps import IngestStateDep
 from gpuscope.collector.api.responses import BEARER, RETRY_AFTER, IngestRefusalOut, error
-from gpuscope.collector.ingest.batch import MAX_JSON_BYTES
 from gpuscope.collector.ingest.schema import CONTENT_ENCODING, REQUEST_BODY
-from gpuscope.collector.ingest.wire import JSON, Batch, IngestError, check_encoding, decode_body, media_type
+from gpuscope.collector.ingest.wire import Batch, IngestError, body_rules, decode_body
 from gpuscope.collector.store.availability import Cause
 from gpuscope.collector.store.group_writer import DatabaseAway, WriteDeadline
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
-INGEST_PATH = "/api/v1/samples"
 
 WRITE_SLOT_WAIT_S = 5.0
 RETRY_AFTER_S = "2"
@@ -142,22 +140,12 @@ async def _decode(request: Request, state: IngestStateDep, scope: tuple[str, str
     """The request's batch, decoded and checked (IngestError otherwise). Large or compressed bodies are
     decoded in a worker thread, at most state.decode_slots at a time (TimeoutError: none came free)."""
     headers = request.headers
-    encoding = check_encoding(headers.get("content-encoding"))  # 415s before reading any of the body
-    content_type = headers.get("content-type")
-    json_text = media_type(content_type) == JSON and encoding == "identity"
-    body = await _read_body(request, min(state.max_body_bytes, MAX_JSON_BYTES) if json_text else state.max_body_bytes)
+    # 415s before reading any of the body; the limits it is read and decoded under (body_rules.py)
+    rules = body_rules(headers.get("content-type"), headers.get("content-encoding"), state.max_body_bytes)
+    body = await _read_body(request, rules.max_sent_bytes)
     now = time.time()
-    decode = functools.partial(
-        decode_body,
-        body,
-        content_encoding=encoding,
-        content_type=content_type,
-        max_bytes=state.max_body_bytes,
-        now=now,
-        oldest=now - state.retention_s,
-        scope=scope,
-    )
-    if encoding == "identity" and len(body) <= DECODE_INLINE_BYTES:
+    decode = functools.partial(decode_body, body, rules=rules, now=now, oldest=now - state.retention_s, scope=scope)
+    if rules.encoding == "identity" and len(body) <= DECODE_INLINE_BYTES:
         return decode()
     if state.decode_slots.locked():
         await asyncio.wait_for(state.decode_slots.acquire(), WRITE_SLOT_WAIT_S)

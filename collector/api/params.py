@@ -9,11 +9,10 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Query
 
 from gpuscope.collector import query
+from gpuscope.collector.query import buckets as bucket_policy
 from gpuscope.collector.query.range_keys import PRESETS_S, parse_range
 
 MAX_RANGE = timedelta(days=800)  # the longest retention of any tier (hour rollups), with margin
-MAX_BUCKETS = 5000
-MAX_RAW_RANGE = timedelta(days=1)  # a bucket under a minute reads raw samples: over at most this much time
 # Values in one answer (series x buckets; a series is one GPU's metric, or one port): about 20 MB of
 # JSON. The fleet heatmap at its default ~240 buckets fits for 4,096 GPUs.
 MAX_POINTS = 1_000_000
@@ -86,22 +85,15 @@ BucketParam = Annotated[
 
 
 def bucket_width(time_range: query.TimeRange, requested: int | None) -> int:
-    """The width to use. None: the automatic one. Else the requested one rounded to the unit of the
-    source that answers it (query.source_bucket: raw below a minute, the minute rollup from a minute,
-    the hour rollup from an hour), so no width reads raw rows over a long range; under a minute, the
-    range is at most MAX_RAW_RANGE; at most MAX_BUCKETS buckets in any case."""
+    """The width to use, before the samples are looked at (the bucket policy, query/buckets.py). None:
+    the automatic one. Else the requested one rounded to the unit of the source that answers it; one
+    that cannot be served (too many buckets, or under a minute over too long a range): 422."""
     if requested is None:
-        return query.bucket_for(time_range)
-    bucket = query.source_bucket(requested)
-    if time_range.seconds / bucket > MAX_BUCKETS:
-        raise HTTPException(422, f"bucket_seconds={requested} gives more than {MAX_BUCKETS} buckets over this range")
-    if bucket < 60 and time_range.seconds > MAX_RAW_RANGE.total_seconds():
-        raise HTTPException(
-            422,
-            f"bucket_seconds={requested}: a bucket under 60 s reads raw samples, over at most"
-            f" {MAX_RAW_RANGE.total_seconds() / 3600:g} hours; ask for a shorter range or a bucket of 60 s or more",
-        )
-    return bucket
+        return bucket_policy.chart_width(time_range)
+    try:
+        return bucket_policy.asked_bucket(time_range, requested)
+    except bucket_policy.BadBucket as exc:
+        raise HTTPException(422, str(exc)) from None
 
 
 def fill(conn: Any, time_range: query.TimeRange, bucket: int, requested: int | None) -> int:

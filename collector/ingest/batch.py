@@ -36,21 +36,16 @@ class IngestError(Exception):
         return [{"loc": list(self.loc), "msg": self.msg}]
 
 
-def check_encoding(content_encoding: str | None) -> str:
-    """'identity' or 'gzip'; anything else: 415."""
-    encoding = (content_encoding or "identity").strip().lower()
-    if encoding not in ("identity", "gzip"):
-        raise IngestError(415, ("header", "Content-Encoding"), f"unsupported encoding {encoding!r}; use gzip")
-    return encoding
-
-
-def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
-    """The body after its Content-Encoding, at most `limit` bytes (413 beyond)."""
-    if check_encoding(content_encoding) == "identity":
-        if len(body) > limit:
-            raise IngestError(413, ("body",), f"body exceeds {limit} bytes")
-        return body
-    return gunzip(body, limit)
+def decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    """The body after its Content-Encoding (as body_rules.py checked it: "identity" or "gzip"), at
+    most `limit` bytes (413 beyond)."""
+    if encoding == "gzip":
+        return gunzip(body, limit)
+    if encoding != "identity":
+        raise ValueError(f"an unchecked Content-Encoding {encoding!r} (body_rules.check_encoding)")
+    if len(body) > limit:
+        raise IngestError(413, ("body",), f"body exceeds {limit} bytes")
+    return body
 
 
 PIECE = 2**20  # output per zlib call: the limit is checked as the output grows, never after

@@ -23,7 +23,6 @@ from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 
 VERSION = 2
 MAGIC = b"GPSB"
-CONTENT_TYPE = "application/x-gpuscope-samples"
 
 
 def _padded(offset: int) -> int:

@@ -16,7 +16,7 @@ from gpuscope.collector.ingest.batch import (
     MAX_NAME,
     MAX_ROWS,
 )
-from gpuscope.collector.ingest.binary_v2 import CONTENT_TYPE as BINARY_CONTENT_TYPE
+from gpuscope.collector.ingest.body_rules import BINARY, ENCODINGS, JSON
 from gpuscope.collector.store.columns import GPU_COLUMNS, PORT_COLUMNS, Column
 
 # Units of the metric keys (the ranges come from the columns).
@@ -277,14 +277,14 @@ V1_SCHEMA: dict[str, Any] = {
 REQUEST_BODY: dict[str, Any] = {
     "required": True,
     "description": (
-        "One batch, in format version 1 (application/json) or version 2 (application/x-gpuscope-samples);"
+        f"One batch, in format version 1 ({JSON}) or version 2 ({BINARY});"
         " either may be sent with Content-Encoding: gzip. The complete rules, limits and error codes are in"
         f" docs/ingest-format.md. JSON text (a version 1 body, a version 2 header) at most {MAX_JSON_BYTES} bytes"
         " after decompression."
     ),
     "content": {
-        "application/json": {"schema": V1_SCHEMA, "example": EXAMPLE},
-        BINARY_CONTENT_TYPE: {
+        JSON: {"schema": V1_SCHEMA, "example": EXAMPLE},
+        BINARY: {
             "schema": {
                 "type": "string",
                 "format": "binary",
@@ -301,6 +301,6 @@ CONTENT_ENCODING: dict[str, Any] = {
     "name": "Content-Encoding",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "enum": ["gzip", "identity"]},
+    "schema": {"type": "string", "enum": list(ENCODINGS)},
     "description": "gzip (a complete gzip stream, one or more members) or none",
 }

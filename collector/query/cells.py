@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from psycopg import Connection, sql
 
+from gpuscope.collector.query.buckets import source_of
 from gpuscope.collector.query.timerange import EPOCH, TimeRange
 from gpuscope.collector.store.copy_binary import PG_EPOCH_US
 from gpuscope.collector.store.rollups import ROLLED, SETTLE
@@ -46,10 +47,13 @@ def cells_query(
     bucket_s: int,
     splits: Splits | None,
     gpu_ids: Sequence[int] | None = None,
+    counted: bool = False,
 ) -> tuple[sql.Composed, dict[str, Any]]:
     """SQL returning (gpu_id, bucket, mean) rows. `splits` None: raw samples only. `gpu_ids`: only these.
     The first bucket is read whole, from its aligned start before the range's: cut at the range's start,
-    it could hold no sample at all (with every GPU sampled in step, a blank first column)."""
+    it could hold no sample at all (with every GPU sampled in step, a blank first column). `counted`
+    (minute buckets read from the rollup only): a fourth column, the samples behind each mean, so that
+    the minutes can be widened into exact means (widen())."""
     first = time_range.buckets(bucket_s)[0]
     params: dict[str, Any] = {
         "bucket": timedelta(seconds=bucket_s),
@@ -65,13 +69,15 @@ def cells_query(
         " CASE WHEN {m} IS NULL THEN 0 ELSE 1 END AS n FROM gpu_sample"
         " WHERE ts >= %(raw_lo)s AND ts < %(end)s{only}"
     ).format(m=m, only=only)
-    if splits is None or metric not in RAW_TO_ROLLED or bucket_s % 60:
+    source = source_of(bucket_s)  # the bucket policy's tier (buckets.py); finer ones fill in after it
+    if splits is None or metric not in RAW_TO_ROLLED or source == "raw":
         params["raw_lo"] = first
-        return sql.SQL("SELECT gpu_id, b, avg(s) FROM ({raw}) AS cells GROUP BY 1, 2").format(raw=raw), params
+        statement = sql.SQL("SELECT gpu_id, b, avg(s){n} FROM ({raw}) AS cells GROUP BY 1, 2")
+        return statement.format(n=sql.SQL(", sum(n)" if counted else ""), raw=raw), params
 
     rolled = RAW_TO_ROLLED[metric]
     start_minute = first.replace(second=0, microsecond=0)
-    use_hours = bucket_s % 3600 == 0
+    use_hours = source == "hour"
     # Each tier starts where the coarser one stops, so no sample is counted twice.
     minute_lo = max(start_minute, splits.hour) if use_hours else start_minute
     params |= {
@@ -98,9 +104,11 @@ def cells_query(
         # Rollup minutes are the buckets already, and the two parts cover different minutes (the split
         # is on a minute): no regrouping of the rollup's rows, which are most of them.
         template = (
-            "SELECT gpu_id, bucket, {rs} / nullif({rn}, 0) FROM {minutes}"
-            " UNION ALL SELECT gpu_id, b, avg(s) FROM ({raw}) AS recent GROUP BY 1, 2"
+            "SELECT gpu_id, bucket, {rs} / nullif({rn}, 0){rolled_n} FROM {minutes}"
+            " UNION ALL SELECT gpu_id, b, avg(s){raw_n} FROM ({raw}) AS recent GROUP BY 1, 2"
         )
+        pieces["rolled_n"] = sql.SQL(", {}").format(pieces["rn"]) if counted else sql.SQL("")
+        pieces["raw_n"] = sql.SQL(", sum(n)" if counted else "")
     else:
         hours = " UNION ALL SELECT gpu_id, date_bin(%(bucket)s, bucket, %(origin)s), {rs}, {rn} FROM {hours}"
         # A constant template: what varies is passed through sql.Identifier and parameters.
@@ -118,26 +126,50 @@ class Cells:
     gpu_id: np.ndarray  # int32
     epoch: np.ndarray  # float64 bucket starts, Unix seconds
     value: np.ndarray  # float64 means, NaN where the bucket had samples but none with this metric
+    samples: np.ndarray | None = None  # float64 samples behind each mean (a `counted` query's), else None
 
 
-def fetch_cells(conn: Connection[Any], cells: sql.Composed, params: dict[str, Any]) -> Cells:
+def fetch_cells(conn: Connection[Any], cells: sql.Composed, params: dict[str, Any], counted: bool = False) -> Cells:
     """Run a cells query and take its result as three packed binary columns in one row, read with
     numpy: a heatmap's hundreds of thousands of cells arrive without a Python object per value (as
     rows, converting them cost four times the query). timestamptz_send, not extract(epoch): the latter
     goes through numeric and cost more than the scan."""
+    samples = ", string_agg(float8send(coalesce(n::float8, 0)), ''::bytea)" if counted else ""
     row = conn.execute(
         sql.SQL(
             "SELECT string_agg(int4send(gpu_id), ''::bytea), string_agg(timestamptz_send(b), ''::bytea),"
-            " string_agg(float8send(coalesce(v::float8, 'NaN')), ''::bytea) FROM ({}) AS cells (gpu_id, b, v)"
-        ).format(cells),
+            " string_agg(float8send(coalesce(v::float8, 'NaN')), ''::bytea){samples} FROM ({cells}) AS cells {names}"
+        ).format(
+            samples=sql.SQL(samples), cells=cells, names=sql.SQL("(gpu_id, b, v, n)" if counted else "(gpu_id, b, v)")
+        ),
         params,
         binary=True,
     ).fetchone()
     if row is None or row[0] is None:
-        return Cells(np.empty(0, np.int32), np.empty(0), np.empty(0))
-    gpu_ids, stamps, values = row
+        return Cells(np.empty(0, np.int32), np.empty(0), np.empty(0), np.empty(0) if counted else None)
     return Cells(
-        gpu_id=np.frombuffer(gpu_ids, ">i4").astype(np.int32),
-        epoch=np.frombuffer(stamps, ">i8") / 1e6 + PG_EPOCH_S,
-        value=np.frombuffer(values, ">f8").astype(np.float64),
+        gpu_id=np.frombuffer(row[0], ">i4").astype(np.int32),
+        epoch=np.frombuffer(row[1], ">i8") / 1e6 + PG_EPOCH_S,
+        value=np.frombuffer(row[2], ">f8").astype(np.float64),
+        samples=np.frombuffer(row[3], ">f8").astype(np.float64) if counted else None,
     )
+
+
+def widen(cells: Cells, bucket_s: int) -> Cells:
+    """`counted` cells regrouped into buckets of `bucket_s` (epoch-aligned, as date_bin aligns them):
+    each the mean of its samples, the finer means weighted by the samples behind them, so the answer is
+    what reading the wide buckets in SQL gives, with NaN where none had a value."""
+    if cells.samples is None:
+        raise ValueError("widen() needs counted cells (cells_query(..., counted=True))")
+    if not cells.gpu_id.size:
+        return Cells(cells.gpu_id, cells.epoch, cells.value)
+    starts = np.floor(cells.epoch / bucket_s) * bucket_s
+    order = np.lexsort((starts, cells.gpu_id))
+    gpu_id, start = cells.gpu_id[order], starts[order]
+    first = np.flatnonzero(np.r_[True, (gpu_id[1:] != gpu_id[:-1]) | (start[1:] != start[:-1])])
+    weight = np.where(np.isnan(cells.value[order]), 0.0, cells.samples[order])
+    sums = np.add.reduceat(np.where(weight > 0, cells.value[order] * weight, 0.0), first)
+    counts = np.add.reduceat(weight, first)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(counts > 0, sums / counts, np.nan)
+    return Cells(gpu_id[first], start[first], means)

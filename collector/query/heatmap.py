@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 from psycopg import Connection
 
-from gpuscope.collector.query.cells import Cells, cells_query, fetch_cells, rollup_splits
-from gpuscope.collector.query.inventory import GpuRow, gpu_rows
+from gpuscope.collector.query.buckets import may_widen, read_width, source_of
+from gpuscope.collector.query.cells import RAW_TO_ROLLED, Cells, cells_query, fetch_cells, rollup_splits, widen
+from gpuscope.collector.query.inventory import GpuRow, gpu_rows, inventory_counts
 from gpuscope.collector.query.timerange import TimeRange
 from gpuscope.collector.store.columns import GPU_METRIC_KEYS
 
@@ -87,12 +88,27 @@ def _shared_budget(conn: Connection[Any], budget_s: float | None) -> Iterator[Ca
 
 
 def _cells(
-    conn: Connection[Any], metric: str, time_range: TimeRange, bucket_s: int, gpu_ids: Sequence[int] | None
+    conn: Connection[Any],
+    metric: str,
+    time_range: TimeRange,
+    bucket_s: int,
+    gpu_ids: Sequence[int] | None,
 ) -> Cells:
+    """The metric's cells, read as the bucket policy says (buckets.read_width): buckets several
+    minutes wide as the minute rollup's rows, widened here, where the metric is rolled up."""
     if metric not in GPU_METRIC_KEYS:
         raise ValueError(f"unknown metric {metric!r}; one of {sorted(GPU_METRIC_KEYS)}")
-    splits = rollup_splits(conn) if bucket_s >= 60 else None
-    return fetch_cells(conn, *cells_query(metric, time_range, bucket_s, splits, gpu_ids))
+    splits = rollup_splits(conn) if source_of(bucket_s) != "raw" else None
+    read_s = bucket_s
+    if metric in RAW_TO_ROLLED and may_widen(bucket_s):  # counting the GPUs only where it matters
+        series = inventory_counts(conn)[0] if gpu_ids is None else len(gpu_ids)
+        read_s = read_width(bucket_s, time_range, series)
+    if read_s == bucket_s:
+        return fetch_cells(conn, *cells_query(metric, time_range, bucket_s, splits, gpu_ids))
+    # The first wide bucket whole, as cells_query reads it: its minutes from the bucket's aligned start.
+    whole = TimeRange(time_range.buckets(bucket_s)[0], time_range.end)
+    minutes = fetch_cells(conn, *cells_query(metric, whole, read_s, splits, gpu_ids, counted=True), counted=True)
+    return widen(minutes, bucket_s)
 
 
 def _place(cells: Cells, rows: list[GpuRow], times: list[datetime], bucket_s: int) -> np.ndarray:

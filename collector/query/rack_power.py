@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from psycopg import Connection, sql
 
+from gpuscope.collector.query.buckets import source_of
 from gpuscope.collector.query.cells import cells_query, rollup_splits
 from gpuscope.collector.query.timerange import EPOCH, TimeRange
 
@@ -27,7 +28,7 @@ class RackPower:
 
 
 def rack_power(conn: Connection[Any], time_range: TimeRange, bucket_s: int) -> RackPower:
-    split = rollup_splits(conn).minute if bucket_s >= 60 and bucket_s % 60 == 0 else None
+    split = rollup_splits(conn).minute if source_of(bucket_s) != "raw" else None
     if split is None:
         per_gpu, params = cells_query("power_w", time_range, bucket_s, None)
         statement = sql.SQL(

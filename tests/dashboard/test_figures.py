@@ -59,17 +59,6 @@ def test_rack_power_figure_in_kilowatts() -> None:
     assert figure.layout.uirevision == "6h"
 
 
-def test_coarsen_widens_buckets_for_the_screen() -> None:
-    from gpuscope.dashboard.grid import coarsen
-
-    rows = [GpuRow(1, "c", "r", "n", 0, "GPU-1")]
-    times = [T0 + timedelta(minutes=m) for m in range(5)]  # T0 is on a 2-minute boundary
-    values = np.array([[10.0, 20.0, np.nan, 40.0, 50.0]])
-    wide = coarsen(Heatmap("util_pct", 60, rows, times, values), 120)
-    assert wide.bucket_s == 120 and wide.times == [T0, T0 + timedelta(minutes=2), T0 + timedelta(minutes=4)]
-    assert wide.values.tolist() == [[15.0, 40.0, 50.0]], "a missing minute does not count as zero"
-
-
 def test_hovers_name_each_cells_job_as_plain_text_while_that_stays_small() -> None:
     asked: list[list[int]] = []
 
