@@ -128,8 +128,8 @@ def _test_notify(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from gpuscope.alerts.delivery import post
     from gpuscope.alerts.notify import KINDS
+    from gpuscope.alerts.notify.post import post
     from gpuscope.alerts.redact import redact_url
 
     url = args.url if args.url else args.url_file.read_text(encoding="utf-8").strip()

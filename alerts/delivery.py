@@ -1,11 +1,11 @@
 """Delivers the outbox: one notification at a time per receiver, oldest first, so a receiver sees
-firing before resolved.
+firing before resolved. Each is posted, and the answer judged, by notify/post.py:
 
-- 2xx: sent.
-- 429: wait as long as Retry-After says (the header, in seconds or as a date, or Discord's
-  `retry_after` in the body), then again.
-- 5xx, timeouts and network errors: exponential backoff with jitter, for up to a day.
-- any other 4xx: failed at once, kept with the reason (retrying a rejected payload cannot help).
+- sent (2xx): marked sent.
+- retry after 429: again as long as Retry-After says (the header, in seconds or as a date, or Discord's
+  `retry_after` in the body).
+- retry after 5xx, a timeout or a network error: exponential backoff with jitter, for up to a day.
+- failed (any other 4xx): failed at once, kept with the reason (retrying a rejected payload cannot help).
 A notification is marked sent right after its 2xx, so only a crash between the two repeats one.
 """
 
@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import email.utils
-import json
 import logging
 import random
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -26,67 +23,16 @@ from psycopg import AsyncConnection
 
 from gpuscope.alerts import store
 from gpuscope.alerts.config import NotifyConfig, Receiver
-from gpuscope.alerts.notify import KINDS, target_url
+from gpuscope.alerts.notify import KINDS
 from gpuscope.alerts.notify.message import Message
+from gpuscope.alerts.notify.post import Outcome, post
 from gpuscope.alerts.redact import redact_url
-from gpuscope.core.logredact import register_secret
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_S = 10.0
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 300.0
-RETRY_AFTER_MAX_S = 3600.0
 GIVE_UP_AFTER = dt.timedelta(days=1)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    result: str  # sent | retry | failed
-    http_status: int | None
-    detail: str
-    wait_s: float | None = None  # for 429: what the service asked for
-
-
-async def post(client: httpx.AsyncClient, kind: str, url: str, body: Any) -> Outcome:
-    register_secret(url)  # defence in depth: whatever logs this URL, its path and query show as ***
-    target = target_url(kind, url)
-    try:
-        response = await client.post(target, json=body, timeout=TIMEOUT_S)
-    except httpx.HTTPError as exc:
-        return Outcome("retry", None, f"{type(exc).__name__}: {_no_url(_no_url(str(exc), target), url)}")
-    return classify(response.status_code, response.headers, response.text)
-
-
-def classify(status: int, headers: httpx.Headers | dict[str, str], text: str) -> Outcome:
-    detail = f"HTTP {status}" + (f": {text.strip()[:200]}" if text.strip() and status >= 300 else "")
-    if 200 <= status < 300:
-        return Outcome("sent", status, f"HTTP {status}")
-    if status == 429:
-        return Outcome("retry", status, detail, retry_after(headers, text))
-    if status >= 500:
-        return Outcome("retry", status, detail)
-    return Outcome("failed", status, detail)
-
-
-def retry_after(headers: httpx.Headers | dict[str, str], text: str) -> float | None:
-    value = headers.get("retry-after") or headers.get("Retry-After")
-    if value:
-        try:
-            return min(max(float(value), 0.0), RETRY_AFTER_MAX_S)
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(value) if _is_date(value) else None
-            if when is not None:
-                if when.tzinfo is None:
-                    when = when.replace(tzinfo=dt.UTC)
-                return min(max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0), RETRY_AFTER_MAX_S)
-    try:
-        doc = json.loads(text)  # Discord: {"retry_after": 1.5, ...} in seconds
-        if isinstance(doc, dict) and isinstance(doc.get("retry_after"), int | float):
-            return min(max(float(doc["retry_after"]), 0.0), RETRY_AFTER_MAX_S)
-    except ValueError:
-        pass
-    return None
 
 
 def backoff_s(attempts: int, rng: random.Random) -> float:
@@ -140,15 +86,3 @@ class Delivery:
     def _where(self, name: str) -> str:
         receiver = self._config.receivers.get(name)
         return f"{name} ({receiver.kind} {redact_url(receiver.url)})" if receiver else name
-
-
-def _is_date(value: str) -> bool:
-    try:
-        return email.utils.parsedate_to_datetime(value) is not None
-    except (TypeError, ValueError):
-        return False
-
-
-def _no_url(text: str, url: str) -> str:
-    """httpx puts the URL in some error messages: keep the secret out."""
-    return text.replace(url, redact_url(url))

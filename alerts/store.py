@@ -1,7 +1,7 @@
 """The engine's SQL, in one place: alert states (alert_instance), each rule's last evaluation
 (alert_rule_status), the groups' bookkeeping (alert_group) and the outbox (alert_notification) as
 dispatch writes them and delivery works through them, silences (alert_silence), and the cleanup of old
-rows. The decisions are made elsewhere (state.py, decide.py, delivery.py's classify); this module only
+rows. The decisions are made elsewhere (state.py, decide.py, notify/post.py's classify); this module only
 reads and writes. The API and the dashboard read through reads.py.
 """
 

@@ -21,9 +21,9 @@ import pytest
 
 from gpuscope.alerts import views
 from gpuscope.alerts.config import parse_notify_config
-from gpuscope.alerts.delivery import post
 from gpuscope.alerts.engine import AlertEngine
 from gpuscope.alerts.notify import KINDS
+from gpuscope.alerts.notify.post import post
 from gpuscope.alerts.part import alerts_part
 from gpuscope.alerts.rules import parse_rules
 from gpuscope.cli import setup_logging

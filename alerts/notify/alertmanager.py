@@ -2,7 +2,8 @@
 
 Alertmanager resolves an alert by itself once its endsAt passes, so firing alerts are sent with an
 endsAt a few minutes ahead and must be re-sent before then: give such a receiver a short
-repeat_interval (the default for this kind is 1m; see docs/alerts.md).
+repeat_interval (the default for this kind is 1m; see docs/alerts.md). No digest: Alertmanager takes
+alerts only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ PATH = "/api/v2/alerts"
 FIRING_HOLD = dt.timedelta(minutes=5)
 
 
-def build(message: Message) -> list[dict[str, Any]]:
+def alert(message: Message) -> list[dict[str, Any]]:
     hold = rfc3339(dt.datetime.now(dt.UTC) + FIRING_HOLD)
     return [
         {

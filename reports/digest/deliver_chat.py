@@ -1,4 +1,6 @@
-"""The chat part of a digest cycle: each chat entry gets one summary per account it covers, once."""
+"""The chat part of a digest cycle: each chat entry gets one summary per account it covers, once. The
+payloads are built by the chat service's module in alerts/notify (its `digest`), and posted and judged by
+the poster the alerts use (alerts/notify/post.py), from this worker thread through BlockingPoster."""
 
 from __future__ import annotations
 
@@ -6,15 +8,13 @@ import logging
 from datetime import date, datetime
 from typing import Any
 
-import httpx
 from psycopg import Connection
 
-from gpuscope.alerts.delivery import Outcome
+from gpuscope.alerts.notify import DIGEST_KINDS
+from gpuscope.alerts.notify.post import BlockingPoster, Outcome
 from gpuscope.alerts.redact import redact_url
 from gpuscope.collector.query.usage import UsageReport
 from gpuscope.reports.digest import records
-from gpuscope.reports.digest.chat import PAYLOADS
-from gpuscope.reports.digest.post import post_json
 from gpuscope.reports.digest.result import DigestResult, next_state
 from gpuscope.reports.digest.settings import DigestSettings
 from gpuscope.reports.digest.summary import account_summaries
@@ -28,7 +28,7 @@ def send_chat(
     now: datetime, result: DigestResult,
 ) -> None:  # fmt: skip
     states = records.chat_states(conn, week)
-    with httpx.Client() as client:
+    with BlockingPoster() as poster:
         for target in settings.chat:
             summaries = account_summaries(by_account, by_job, week, settings.top_users, settings.accounts_for(target))
             unreachable: Outcome | None = None  # after a network error, the entry's other messages wait
@@ -41,7 +41,7 @@ def send_chat(
                 if unreachable is None:
                     # Claimed before it goes: should this process die before the answer, it is not sent twice.
                     records.record_chat(conn, week, target.name, account, "sending", attempts, "", now)
-                    outcome = post_json(client, target.url, PAYLOADS[target.kind](summary))
+                    outcome = poster.post(target.kind, target.url, DIGEST_KINDS[target.kind](summary))
                     unreachable = outcome if outcome.http_status is None and outcome.result == "retry" else None
                 else:
                     outcome = unreachable

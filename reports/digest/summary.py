@@ -1,6 +1,7 @@
 """The weekly summary of one account: GPU-hours allocated, doing work and held idle, energy, cost, carbon
-and its top users, as data and as lines of text. The chat formats (chat.py) lay these out; names pass
-through the chat service's escaping there, our own words and numbers do not need it."""
+and its top users, as data and as lines of text. Each chat service's module lays these out (its `digest`,
+alerts/notify/<kind>.py, against the Protocol in alerts/notify/digest.py); names pass through its escaping
+there, our own words and numbers do not need it."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ from datetime import UTC, date, datetime
 
 import pytest
 
+from gpuscope.alerts.notify import DIGEST_KINDS
 from gpuscope.collector.query.usage import Figures
-from gpuscope.reports.digest.chat import PAYLOADS
 from gpuscope.reports.digest.settings import digest_settings_from
 from gpuscope.reports.digest.summary import AccountSummary, UserUsage
 from gpuscope.reports.digest.waste import JobWaste, UserWaste
@@ -50,10 +50,10 @@ def test_a_hostile_name_injects_no_header_nor_line_into_the_email() -> None:
     assert all(not line.startswith("Bcc") for line in body.splitlines())
 
 
-@pytest.mark.parametrize("kind", sorted(PAYLOADS))
+@pytest.mark.parametrize("kind", sorted(DIGEST_KINDS))
 def test_every_chat_kind_keeps_a_hostile_account_on_its_line(kind: str) -> None:
     summary = AccountSummary(HOSTILE, WEEK, _figures(10.0, 2.5, None), 3, None, (UserUsage(HOSTILE, 10.0, 2.5),))
-    body = PAYLOADS[kind](summary)
+    body = DIGEST_KINDS[kind](summary)
     if kind == "webhook":  # for programs: the names as they are, in JSON; the text for people, one line each
         assert body["account"] == HOSTILE and body["figures"]["cost"] is None
         body = {"text": body["text"]}
