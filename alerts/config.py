@@ -27,17 +27,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import AfterValidator, Field, model_validator
 
 from gpuscope.alerts.duration import parse_duration
 from gpuscope.alerts.matchers import Matcher, all_match, matcher_from
 from gpuscope.alerts.notify import KINDS
+from gpuscope.core.config_file import ConfigProblem, FileModel, Key, checked, load_config_file, read_named_file
 
 
 class ConfigError(ValueError):
-    pass
+    """A notification file gpuscope will not run with; the message names the file, line and key."""
 
 
 @dataclass(frozen=True)
@@ -88,137 +89,133 @@ class NotifyConfig:
 
 
 def load_notify_config(path: str | Path) -> NotifyConfig:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        return parse_notify_config(yaml.safe_load(text), base=Path(path).parent)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    """The file at `path`; url_file paths are read beside it."""
+    return load_config_file(Path(path), NotifyFile, ConfigError, lambda file: _config(file, Path(path).parent))
 
 
 def parse_notify_config(doc: Any, base: Path = Path()) -> NotifyConfig:
-    if not isinstance(doc, dict):
-        raise ConfigError("expected a mapping with 'route' and 'receivers'")
-    _no_unknown(doc, {"route", "receivers", "inhibit_rules", "external_url"}, "top level")
-    receivers = {}
-    for i, raw in enumerate(_list(doc.get("receivers"), "receivers")):
-        receiver = _receiver(raw, f"receivers[{i}]", base)
-        if receiver.name in receivers:
-            raise ConfigError(f"receivers[{i}]: the name {receiver.name!r} is used twice")
-        receivers[receiver.name] = receiver
-    if "route" not in doc:
-        raise ConfigError("'route' is missing")
-    route = _route(doc["route"], "route", None, receivers, "0")
-    inhibit = tuple(_inhibit(raw, f"inhibit_rules[{i}]") for i, raw in enumerate(_list(doc.get("inhibit_rules"), "")))
-    url = doc.get("external_url", "http://127.0.0.1:8050")
-    if not isinstance(url, str):
-        raise ConfigError("external_url must be a string")
-    return NotifyConfig(route, receivers, inhibit, url.rstrip("/"))
+    return checked(NotifyFile, doc, ConfigError, lambda file: _config(file, base))
 
 
-def _receiver(raw: Any, where: str, base: Path) -> Receiver:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping")
-    _no_unknown(raw, {"name", "kind", "url", "url_file", "url_env", "send_resolved", "min_interval"}, where)
-    name, kind = raw.get("name"), raw.get("kind")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}: 'name' is required")
+def _seconds(value: Any) -> float:
+    try:
+        return parse_duration(value, "")
+    except ValueError as exc:
+        raise ValueError(str(exc).removeprefix(": ")) from None
+
+
+def _known_kind(kind: str) -> str:
     if kind not in KINDS:
-        raise ConfigError(f"{where} ({name}): 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
-    sources = [k for k in ("url", "url_file", "url_env") if k in raw]
-    if len(sources) != 1:
-        raise ConfigError(f"{where} ({name}): give exactly one of url, url_file, url_env")
-    if "url_file" in raw:
-        path = base / str(raw["url_file"])
-        try:
-            url = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"{where} ({name}): cannot read url_file {path}: {exc.strerror or exc}") from None
-    elif "url_env" in raw:
-        url = os.environ.get(str(raw["url_env"]), "")
+        raise ValueError(f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    return kind
+
+
+Duration = Annotated[Any, AfterValidator(_seconds)]  # "30s", "5m", "1h30m", as Prometheus writes them
+Matchers = list[Annotated[Any, AfterValidator(matcher_from)]]  # 'name="value"', or {name, op, value}
+
+
+class ReceiverFile(FileModel):
+    name: Annotated[str, Field(min_length=1)]
+    kind: Annotated[str, AfterValidator(_known_kind)]
+    url: str | None = None  # exactly one of these three
+    url_file: str | None = None
+    url_env: str | None = None
+    send_resolved: bool = True
+    min_interval: Duration = 1.0
+
+    @model_validator(mode="after")
+    def _one_url(self) -> ReceiverFile:
+        if [self.url, self.url_file, self.url_env].count(None) != 2:
+            raise ValueError("give exactly one of url, url_file, url_env")
+        return self
+
+
+class RouteFile(FileModel):
+    receiver: str | None = None  # None: the parent's
+    matchers: Matchers | None = None
+    group_by: list[str] | None = None
+    group_wait: Duration | None = None
+    group_interval: Duration | None = None
+    repeat_interval: Duration | None = None
+    continue_: bool = Field(False, alias="continue")
+    routes: list[RouteFile] | None = None
+
+
+class InhibitFile(FileModel):
+    source_matchers: Matchers | None = None
+    target_matchers: Matchers | None = None
+    equal: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _both_sides(self) -> InhibitFile:
+        if not self.source_matchers or not self.target_matchers:
+            raise ValueError("needs source_matchers and target_matchers")
+        return self
+
+
+class NotifyFile(FileModel):
+    route: RouteFile
+    receivers: list[ReceiverFile] | None = None
+    inhibit_rules: list[InhibitFile] | None = None
+    external_url: str = "http://127.0.0.1:8050"  # links in messages
+
+
+def _config(file: NotifyFile, base: Path) -> NotifyConfig:
+    receivers: dict[str, Receiver] = {}
+    for i, raw in enumerate(file.receivers or ()):
+        if raw.name in receivers:
+            raise ConfigProblem(("receivers", i, "name"), f"the name {raw.name!r} is used twice")
+        url = _url(raw, base, ("receivers", i))
+        receivers[raw.name] = Receiver(raw.name, raw.kind, url, raw.send_resolved, raw.min_interval)
+    if file.route.matchers:
+        raise ConfigProblem(("route", "matchers"), "the top route takes every alert: it has no matchers")
+    route = _route(file.route, None, receivers, ("route",), "0")
+    inhibit = tuple(
+        InhibitRule(tuple(rule.source_matchers or ()), tuple(rule.target_matchers or ()), tuple(rule.equal or ()))
+        for rule in file.inhibit_rules or ()
+    )
+    return NotifyConfig(route, receivers, inhibit, file.external_url.rstrip("/"))
+
+
+def _url(raw: ReceiverFile, base: Path, at: Key) -> str:
+    """The receiver's URL, from where the file says it is kept."""
+    if raw.url_file is not None:
+        at = (*at, "url_file")
+        url = read_named_file(base / raw.url_file, at).strip()
+    elif raw.url_env is not None:
+        url, at = os.environ.get(raw.url_env, ""), (*at, "url_env")
         if not url:
-            raise ConfigError(f"{where} ({name}): environment variable {raw['url_env']} is not set")
+            raise ConfigProblem(at, f"environment variable {raw.url_env} is not set")
     else:
-        url = str(raw["url"])
+        url, at = raw.url or "", (*at, "url")
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{where} ({name}): the URL must start with http:// or https://")
-    send_resolved = raw.get("send_resolved", True)
-    if not isinstance(send_resolved, bool):
-        raise ConfigError(f"{where} ({name}): send_resolved must be true or false")
-    try:
-        min_interval = parse_duration(raw.get("min_interval", "1s"), f"{where} ({name}): min_interval")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    return Receiver(name, kind, url, send_resolved, min_interval)
+        raise ConfigProblem(at, "the URL must start with http:// or https://")
+    return url
 
 
-def _route(raw: Any, where: str, parent: Route | None, receivers: dict[str, Receiver], path: str) -> Route:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping")
-    keys = {"receiver", "matchers", "group_by", "group_wait", "group_interval", "repeat_interval", "continue", "routes"}
-    _no_unknown(raw, keys, where)
-    receiver = raw.get("receiver", parent.receiver if parent else None)
+def _route(raw: RouteFile, parent: Route | None, receivers: dict[str, Receiver], at: Key, path: str) -> Route:
+    """The route and those under it; what a route leaves out it takes from its parent."""
+    receiver = raw.receiver if raw.receiver is not None else parent.receiver if parent else None
     if receiver not in receivers:
-        raise ConfigError(f"{where}: receiver {receiver!r} is not defined under 'receivers'")
-    try:
-        matchers = tuple(matcher_from(m) for m in _list(raw.get("matchers"), f"{where}: matchers"))
-        if parent is None and matchers:
-            raise ConfigError(f"{where}: the top route takes every alert: it has no matchers")
-        timing = {
-            key: parse_duration(raw[key], f"{where}: {key}") if key in raw else getattr(parent, f"{key}_s", None)
-            for key in ("group_wait", "group_interval", "repeat_interval")
-        }
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    group_by = raw.get("group_by", list(parent.group_by) if parent else ["alertname"])
-    if not isinstance(group_by, list) or not all(isinstance(g, str) for g in group_by):
-        raise ConfigError(f"{where}: group_by must be a list of label names (or ['...'] for all)")
-    defaults = Route(receiver=str(receiver))
+        raise ConfigProblem((*at, "receiver"), f"receiver {receiver!r} is not defined under 'receivers'")
+    default = Route(receiver=receiver)
+    inherited = parent or default
     node = Route(
-        receiver=str(receiver),
-        matchers=matchers,
-        group_by=tuple(group_by),
-        group_wait_s=timing["group_wait"] if timing["group_wait"] is not None else defaults.group_wait_s,
-        group_interval_s=timing["group_interval"] or defaults.group_interval_s,
-        repeat_interval_s=timing["repeat_interval"] or defaults.repeat_interval_s,
-        continue_=bool(raw.get("continue", False)),
+        receiver=receiver,
+        matchers=tuple(raw.matchers or ()),
+        group_by=tuple(raw.group_by) if raw.group_by is not None else inherited.group_by,
+        group_wait_s=raw.group_wait if raw.group_wait is not None else inherited.group_wait_s,
+        # An interval of 0 would send without pause: it stands for the default, as it always has.
+        group_interval_s=_interval(raw.group_interval, inherited.group_interval_s, default.group_interval_s),
+        repeat_interval_s=_interval(raw.repeat_interval, inherited.repeat_interval_s, default.repeat_interval_s),
+        continue_=raw.continue_,
         path=path,
     )
     children = tuple(
-        _route(child, f"{where}.routes[{i}]", node, receivers, f"{path}.{i}")
-        for i, child in enumerate(_list(raw.get("routes"), f"{where}: routes"))
+        _route(child, node, receivers, (*at, "routes", i), f"{path}.{i}") for i, child in enumerate(raw.routes or ())
     )
     return Route(**{**node.__dict__, "routes": children})
 
 
-def _inhibit(raw: Any, where: str) -> InhibitRule:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping")
-    _no_unknown(raw, {"source_matchers", "target_matchers", "equal"}, where)
-    try:
-        source = tuple(matcher_from(m) for m in _list(raw.get("source_matchers"), f"{where}: source_matchers"))
-        target = tuple(matcher_from(m) for m in _list(raw.get("target_matchers"), f"{where}: target_matchers"))
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    if not source or not target:
-        raise ConfigError(f"{where}: needs source_matchers and target_matchers")
-    equal = _list(raw.get("equal"), f"{where}: equal")
-    return InhibitRule(source, target, tuple(str(e) for e in equal))
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected a list")
-    return value
-
-
-def _no_unknown(raw: dict[str, Any], allowed: set[str], where: str) -> None:
-    unknown = set(raw) - allowed
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(allowed))})")
+def _interval(given: float | None, inherited: float, default: float) -> float:
+    return inherited if given is None else given or default

@@ -149,7 +149,7 @@ def test_notification_config_routes_and_inherits() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"receivers": [{"name": "ops", "kind": "pager", "url": "http://x"}]}, "'kind' must be one of"),
+        ({"receivers": [{"name": "ops", "kind": "pager", "url": "http://x"}]}, "receivers[0].kind: must be one of"),
         ({"receivers": [{"name": "ops", "kind": "slack"}]}, "exactly one of url, url_file, url_env"),
         ({"receivers": [{"name": "ops", "kind": "slack", "url": "ftp://x"}]}, "must start with http"),
         ({"receivers": [{"name": "ops", "kind": "slack", "url_env": "GPUSCOPE_NO_SUCH_VAR"}]}, "is not set"),
@@ -157,7 +157,7 @@ def test_notification_config_routes_and_inherits() -> None:
         ({"route": {"receiver": "ops", "group_wait": "soon"}}, "not a duration"),
         ({"route": {"receiver": "ops", "matchers": ["a=b"]}}, "the top route takes every alert"),
         ({"inhibit_rules": [{"source_matchers": ["a=b"]}]}, "needs source_matchers and target_matchers"),
-        ({"routes": []}, "unknown keys ['routes']"),
+        ({"routes": []}, "routes: unknown key (did you mean route?)"),
     ],
 )
 def test_notification_config_errors_are_clear(change: dict[str, object], message: str) -> None:
