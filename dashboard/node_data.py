@@ -14,9 +14,11 @@ from psycopg_pool import ConnectionPool
 
 from gpuscope.collector import query
 from gpuscope.collector.query.idle_gpus import IdleGpu, idle_gpus
+from gpuscope.core.clock_reasons import reason_words
+from gpuscope.core.xid_messages import xid_message
 from gpuscope.dashboard.data import time_range
 from gpuscope.dashboard.job_view import IDLE_WORDS
-from gpuscope.exporter.xid_messages import xid_message
+from gpuscope.stragglers import reads as straggler_reads
 
 NVLINK_MAX_POINTS = 240
 XID_ROWS_MAX = 200
@@ -32,18 +34,6 @@ IB_PHYS_STATES = {
     5: "LinkUp",
     6: "Link error recovery",
     7: "Phy test",
-}
-# NVML clock event reasons (nvmlClocksEventReasons*)
-REASONS = {
-    0x1: "GPU idle",
-    0x2: "applications clocks",
-    0x4: "SW power cap",
-    0x8: "HW slowdown",
-    0x10: "sync boost",
-    0x20: "SW thermal slowdown",
-    0x40: "HW thermal slowdown",
-    0x80: "HW power brake",
-    0x100: "display clocks",
 }
 # The reasons that hold a GPU below the clocks it was asked for because of its heat or its power supply:
 # an operator's to fix. Idle, caps and clock settings are the workload's or someone's choice.
@@ -117,7 +107,7 @@ class NodeHealth:
     energy: dict[int, query.Energy]  # GPU id ->
     nvlink: query.NvlinkSeries
     throttling: dict[int, query.Throttling] = field(default_factory=dict)  # GPU id ->
-    stragglers: list[query.StragglerRow] = field(default_factory=list)  # active now, on this node
+    stragglers: list[straggler_reads.StragglerRow] = field(default_factory=list)  # active now, on this node
     idle: list[IdleGpu] = field(default_factory=list)  # GPUs of this node a running job holds idle now
 
 
@@ -149,7 +139,7 @@ def load_node_health(pool: ConnectionPool[Any], node: str, range_key: str) -> No
             query.nvlink_throughput(conn, window, bucket, ids),
             throttling=query.throttling(conn, ids, window, max(bucket, SLOWDOWN_BUCKET_S)),
             # The detector's stragglers are few (one per slowed job at most): pick this node's here.
-            stragglers=[s for s in query.stragglers(conn, window, active_only=True) if s.node == node],
+            stragglers=[s for s in straggler_reads.stragglers(conn, window, active_only=True) if s.node == node],
             idle=idle_gpus(conn, node=node, since_from=window.start),
         )
 
@@ -255,7 +245,7 @@ def _slowdown_findings(health: NodeHealth) -> list[Finding]:
         slowed = (newest(seen.reasons) or 0) & SLOWDOWNS
         if slowed:
             hits = [None if r is None else bool(r & slowed) for r in seen.reasons]
-            what = "clocks held down: " + ", ".join(words for bit, words in REASONS.items() if slowed & bit)
+            what = "clocks held down: " + ", ".join(reason_words(slowed))
             found.append(Finding("warning", name, what, run_start(seen.times, hits, start), slowdown_action(slowed)))
         temp = newest(seen.temp_c)
         if temp is not None and temp >= OVER_TEMPERATURE_C:
@@ -293,7 +283,7 @@ def run_start(times: Sequence[datetime], hits: Sequence[bool | None], start: dat
     return None if first is None or first <= start else first
 
 
-def _straggler_findings(stragglers: list[query.StragglerRow]) -> list[Finding]:
+def _straggler_findings(stragglers: list[straggler_reads.StragglerRow]) -> list[Finding]:
     """What the straggler detector flags now: every rank of the job waits for this GPU, port or node."""
     found = []
     for s in stragglers:
@@ -303,7 +293,7 @@ def _straggler_findings(stragglers: list[query.StragglerRow]) -> list[Finding]:
     return found
 
 
-def straggler_subject(s: query.StragglerRow) -> str:
+def straggler_subject(s: straggler_reads.StragglerRow) -> str:
     """Named as the node's other findings name it: "GPU 2", "mlx5_3 port 1", "node"."""
     if s.gpu is not None:
         return f"GPU {s.gpu}"

@@ -5,21 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuscope.core.clock_reasons import CLOCK_REASONS
 from gpuscope.exporter.snapshot import GpuReading
 from gpuscope.exporter.textformat import Family
-
-# nvml.h: nvmlClocksEventReason* (the older nvmlClocksThrottleReason* have the same bits)
-REASONS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clocks_setting"),
-)
 
 
 def clock_event_family(readings: Sequence[GpuReading], gpu_labels: Sequence[str]) -> Family:
@@ -33,6 +21,6 @@ def clock_event_family(readings: Sequence[GpuReading], gpu_labels: Sequence[str]
         if mask is None:
             continue
         bits = int(mask)
-        for bit, reason in REASONS:
+        for bit, reason, _ in CLOCK_REASONS:
             family.add(labels[:-1] + f',reason="{reason}"}}', 1 if bits & bit else 0)
     return family

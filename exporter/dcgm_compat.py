@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from gpuscope.core.xid_messages import xid_message
 from gpuscope.exporter.catalog import MetricSpec, metrics_for
 from gpuscope.exporter.snapshot import UNKNOWN_XID, GpuReading, JobInfo, MigReading, Snapshot
 from gpuscope.exporter.textformat import Family, label_block
-from gpuscope.exporter.xid_messages import xid_message
 
 GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName"]
 MIG_LABELS = ["GPU_I_PROFILE", "GPU_I_ID"]

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuscope.core.gpu_events import GPU_LOST, GPU_RECOVERED, XID
 from gpuscope.exporter.snapshot import Snapshot
 
-XID = "xid"
-GPU_LOST = "gpu_lost"
-GPU_RECOVERED = "gpu_recovered"
+__all__ = ["GPU_LOST", "GPU_RECOVERED", "XID", "Event", "EventTracker"]
 
 
 @dataclass(frozen=True)

@@ -28,16 +28,16 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE, INGEST_PATH, JSON_CONTENT_TYPE
 from gpuscope.exporter.events import EventTracker
 from gpuscope.exporter.open_batch import OpenBatch, Queued, encode
 from gpuscope.exporter.snapshot import Snapshot
 from gpuscope.exporter.spool import Spool
 from gpuscope.exporter.textformat import Family
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, BINARY_MAGIC, Origin
+from gpuscope.exporter.wire import BINARY_MAGIC, Origin
 
 log = logging.getLogger(__name__)
 
-INGEST_PATH = "/api/v1/samples"
 RETRIED = (401, 403, 408, 429)  # and every 5xx
 BACKOFF_TICK_S = 0.5  # while backing off, what was sampled reaches the spool at least this often
 BACKOFF_MAX_S = 60.0
@@ -417,4 +417,4 @@ def _content_headers(body: bytes) -> dict[str, str]:
     """By the body itself: a spool written by an older exporter may still hold gzip JSON (format v1)."""
     if body.startswith(BINARY_MAGIC):
         return {"Content-Type": BINARY_CONTENT_TYPE}
-    return {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    return {"Content-Type": JSON_CONTENT_TYPE, "Content-Encoding": "gzip"}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# The xid_counts key for XID errors the driver could not identify (NVML's eventData 999). Real XID
-# codes start at 1, so 0 names no real XID; Prometheus shows it as xid="unknown" and the collector as code 0.
-UNKNOWN_XID = 0
+# The xid_counts key for XID errors the driver could not identify (NVML's eventData 999): code 0, which
+# names no real XID (gpuscope/core/gpu_events.py).
+from gpuscope.core.gpu_events import UNKNOWN_XID
+
+__all__ = ["UNKNOWN_XID", "GpuIdentity", "GpuReading", "JobInfo", "MigReading", "Snapshot"]
 
 
 @dataclass(frozen=True)

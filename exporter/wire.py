@@ -18,7 +18,6 @@ FORMAT = "gpuscope-samples"
 VERSION = 1
 BINARY_VERSION = 2
 BINARY_MAGIC = b"GPSB"
-BINARY_CONTENT_TYPE = "application/x-gpuscope-samples"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ NVLink5 XIDs 144-149 carry their severity in a subcode of the message that gpusc
 they are suspect, and the fatal ones come with an XID 154 naming the recovery action. XID 154 says in its
 message what to do ("... changed from 0x0 (None) to 0x2 (Node Reboot Required)"); `recovery_action`
 reads it where an exporter stored the message. A code the catalogue lacks is suspect, "unknown".
-The exporter stores an XID the driver could not identify (NVML's 999) as code 0 (exporter/snapshot.py).
+The exporter stores an XID the driver could not identify (NVML's 999) as code 0 (core/gpu_events.py).
 
 Actions, the words every health rule uses (health/rules/; ACTIONS below says each in a sentence):
   none, app_error (the application's fault), restart_app, reset_gpu, reboot_node, drain_rma (out of
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from gpuscope.exporter.snapshot import UNKNOWN_XID
-from gpuscope.exporter.xid_messages import xid_message
+from gpuscope.core.gpu_events import UNKNOWN_XID
+from gpuscope.core.xid_messages import xid_message
 from gpuscope.health.model import Severity
 
 UNKNOWN_ACTION = "unknown: see NVIDIA's catalogue"

@@ -11,6 +11,7 @@ from urllib.parse import unquote
 from dash import Dash, Input, Output, State, callback_context, dcc, html
 from dash.exceptions import PreventUpdate
 
+from gpuscope.core.clock_reasons import reason_words
 from gpuscope.dashboard import data, node_panels, time_ranges
 from gpuscope.dashboard.components import (
     address_for,
@@ -23,7 +24,7 @@ from gpuscope.dashboard.components import (
 )
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.figures import message_figure, nic_figure, series_figure
-from gpuscope.dashboard.node_data import REASONS, findings, load_node_health, node_known
+from gpuscope.dashboard.node_data import findings, load_node_health, node_known
 from gpuscope.dashboard.not_found import not_found
 
 TITLE = "Node"
@@ -213,5 +214,5 @@ def health_due(ticks: int | None, range_key: str, refresh_ms: int) -> bool:
 
 
 def decode_reasons(bits: int) -> str:
-    names = [name for bit, name in REASONS.items() if bits & bit]
+    names = reason_words(bits)
     return ", ".join(names) if names else "none (full clocks)"

@@ -28,9 +28,10 @@ from gpuscope.collector.ingest.wire import decode
 from gpuscope.collector.store.columns import GPU_COLUMNS
 from gpuscope.collector.store.copy_binary import CopyColumn, encode
 from gpuscope.core.embedded_pg import EmbeddedPostgres
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.exporter.wire import Origin, encode_binary
 
 NODES = 1000
 GPUS = 8

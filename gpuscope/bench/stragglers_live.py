@@ -27,9 +27,10 @@ import numpy as np
 from gpuscope.collector.service import BackgroundServer
 from gpuscope.collector_process import CollectorSettings, build
 from gpuscope.core.embedded_pg import throwaway_postgres
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
 from gpuscope.exporter.sim.training import FAULT_KINDS, Fault, Telemetry, TrainingJob, simulate
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, JobInfo, PortIdentity, PortReading, Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.exporter.wire import Origin, encode_binary
 
 HISTORY_S = 900.0
 ONSET_AFTER_S = 60.0  # into the live part

@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from gpuscope.exporter.events import GPU_LOST
+from gpuscope.core.gpu_events import GPU_LOST
 from gpuscope.health.model import Evidence, Severity
 from gpuscope.health.rules.gpu_steps import GpuStep
 from gpuscope.health.rules.places import GpuPlace

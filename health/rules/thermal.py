@@ -18,7 +18,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from gpuscope.exporter.clock_events import REASONS
+from gpuscope.core.clock_reasons import CLOCK_REASONS
 from gpuscope.health.model import Evidence, Severity
 from gpuscope.health.rules.config import EvidenceConfig
 from gpuscope.health.rules.crossing import Crossing, Occurrence
@@ -76,4 +76,4 @@ async def thermal_evidence(
 
 
 def reason_names(bits: int) -> str:
-    return ", ".join(name.replace("_", " ") for bit, name in REASONS if bits & bit)
+    return ", ".join(reason.name.replace("_", " ") for reason in CLOCK_REASONS if bits & reason.bit)

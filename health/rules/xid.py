@@ -14,8 +14,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from gpuscope.exporter.events import XID
-from gpuscope.exporter.snapshot import UNKNOWN_XID
+from gpuscope.core.gpu_events import UNKNOWN_XID, XID
 from gpuscope.health.model import Evidence
 from gpuscope.health.xid_catalog import xid_rule
 

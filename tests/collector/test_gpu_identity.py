@@ -9,11 +9,12 @@ import uuid
 
 import psycopg
 
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
 from gpuscope.exporter.events import EventTracker
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, Snapshot
 from gpuscope.exporter.sources.nvml import SLOW_EVERY, NvmlSource
 from gpuscope.exporter.testing.fake_nvml import FakeGpu, h100_node, make_fake_pynvml
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_batch, encode_binary
+from gpuscope.exporter.wire import Origin, encode_batch, encode_binary
 from tests.collector.helpers import post
 from tests.processes import RunningCollector
 

@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
 from gpuscope.exporter.events import Event
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import JobInfo, Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.exporter.wire import Origin, encode_binary
 from tests.collector.helpers import NOTHING, post, stored
 from tests.conftest import count_rows
 from tests.processes import RunningCollector

@@ -14,10 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from gpuscope.collector.ingest.wire import decode
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
 from gpuscope.exporter.pusher import Pusher
 from gpuscope.exporter.snapshot import Snapshot
 from gpuscope.exporter.spool import SUFFIX, Spool
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin
+from gpuscope.exporter.wire import Origin
 
 TOKEN = "d" * 32
 GPUS = 8  # per snapshot of helpers.snapshots

@@ -6,13 +6,14 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from gpuscope.collector.ingest.wire import decode
 from gpuscope.collector.store.batch import EventIn
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
 from gpuscope.exporter.events import Event, EventTracker
 from gpuscope.exporter.exposition import ExporterIdentity, Exposition
 from gpuscope.exporter.pusher import Pusher
 from gpuscope.exporter.snapshot import UNKNOWN_XID, GpuIdentity, GpuReading, Snapshot
 from gpuscope.exporter.sources.nvml import SLOW_EVERY, NvmlSource
 from gpuscope.exporter.testing.fake_nvml import h100_node, make_fake_pynvml
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin
+from gpuscope.exporter.wire import Origin
 
 GPU0 = GpuIdentity(0, "GPU-a", "H100", "00:18")
 GPU1 = GpuIdentity(1, "GPU-b", "H100", "00:19")

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from gpuscope.collector.ingest.wire import decode
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
 from gpuscope.core.listen import free_loopback_port
 from gpuscope.exporter import pusher as pusher_module
 from gpuscope.exporter.pusher import BACKOFF_TICK_S
 from gpuscope.exporter.snapshot import Snapshot
 from gpuscope.exporter.spool import SUFFIX, Spool
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE
 from tests.exporter.helpers import snapshots
 from tests.exporter.push_harness import (
     FakeCollector,

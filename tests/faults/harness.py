@@ -17,10 +17,11 @@ from typing import Any
 import httpx
 
 from gpuscope.core.embedded_pg import running_dsn
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
 from gpuscope.core.listen import free_loopback_port
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
 from gpuscope.exporter.snapshot import Snapshot
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE, Origin, encode_binary
+from gpuscope.exporter.wire import Origin, encode_binary
 from tests.commands import GPUSCOPE, token_file, wait_healthy
 
 TOKEN = "fault-suite-token-0123456789"

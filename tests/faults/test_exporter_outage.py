@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 
 from gpuscope.collector.ingest.wire import decode
+from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
 from gpuscope.core.listen import free_loopback_port
-from gpuscope.exporter.wire import BINARY_CONTENT_TYPE
 from tests.commands import GPUSCOPE, token_file
 from tests.exporter.helpers import stored_rows
 from tests.faults.harness import TOKEN, Collector
