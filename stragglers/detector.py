@@ -5,6 +5,8 @@ waiting changes: each GPU's tensor activity relative to the job's (its "share of
 median activity against its own past (how much slower the whole job got), the bytes the job sends per
 second (a second route to the same slowdown), each node's GPU utilisation (idle outside kernels: a
 stalled host), and each InfiniBand port's transmit waits and link rate.
+Each update takes one sample interval's readings by name (stragglers/readings.py) and returns what
+changed (stragglers/events.py): a straggler declared, its estimate updated, its end.
 
 - Peers and past: every ratio is compared with the same rank's (node's, port's) own normal, so a
   permanently heavier role (the last pipeline stage) is its normal, not a straggler.
@@ -34,10 +36,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from gpuscope.stragglers.events import Straggler, StragglerEvent
+from gpuscope.stragglers.readings import Readings
 from gpuscope.stragglers.signal import Signal
 from gpuscope.stragglers.synchrony import Synchrony
 
@@ -76,24 +80,6 @@ class Settings:
     min_working_share: float = 0.2
     min_nvlink_errors: float = 1.0  # NVLink replays, recoveries and CRC errors per second that name a link...
     nvlink_error_rise: float = 10.0  # ... at this many times the GPU's own normal
-
-
-@dataclass
-class Straggler:
-    """A declared straggler: where, why, how bad, since when (and until when, once over)."""
-
-    node: int  # position of the node in the job; -1 for a finding about the whole job (fabric)
-    gpu: int | None  # local GPU index on that node; None for a node or NIC
-    port: int | None  # position of the port in the job's ports (slow_nic); None otherwise
-    cause: str  # thermal | power_cap | gpu_degraded | slow_nic | slow_host | fabric
-    started_s: float
-    slowdown: float  # estimated job slowdown: the median of the (latest) estimates while active
-    declared_s: float = 0.0  # when persistence was reached: started_s + persist_s at the earliest
-    evidence: dict[str, float] = field(default_factory=dict)
-    ended_s: float | None = None
-    aggressor: str | None = None  # fabric: the job whose traffic on shared nodes slowed this one (the watch knows)
-    # The job slowdown per sample while active: the last 720 (an hour at 5 s), so a long one stays cheap.
-    estimates: deque[float] = field(default_factory=lambda: deque(maxlen=720), repr=False)
 
 
 @dataclass
@@ -145,38 +131,30 @@ class JobDetector:
         self._paused_at = -math.inf
         self._candidate: _Candidate | None = None
         self._quiet_since: float | None = None
-        self.active: Straggler | None = None
-        self.declared: list[Straggler] = []
+        self.active: Straggler | None = None  # as last reported
+        # The active straggler's job slowdown per sample: the last 720 (an hour at 5 s), so a long one stays cheap.
+        self._estimates: deque[float] = deque(maxlen=720)
 
-    def update(
-        self,
-        t: float,
-        tensor: np.ndarray,
-        util: np.ndarray,
-        clock: np.ndarray,
-        reasons: np.ndarray,
-        xmit_wait_rate: np.ndarray,
-        link_gbps: np.ndarray,
-        xmit_bytes_rate: np.ndarray | None = None,
-        sm: np.ndarray | None = None,
-        power: np.ndarray | None = None,
-        nvlink_errors: np.ndarray | None = None,
-    ) -> None:
-        """One sample: per-GPU arrays (ranks,), per-port arrays (ports,), NaN for a missing sample. `tensor`
-        is the GPU's work (tensor activity, or SM activity where there is no tensor counter); `sm`, where
-        given, is how busy it was (SM activity), `power` its draw in watts, `nvlink_errors` its NVLink
-        links' replays, recoveries and CRC errors per second."""
+    def update(self, readings: Readings) -> tuple[StragglerEvent, ...]:
+        """One sample interval, in time order; what changed to the job's stragglers with it (mostly nothing)."""
+        if (readings.gpus, readings.ports) != (self.node_of.size, self.port_node.size):
+            raise ValueError(
+                f"readings of {readings.gpus} GPUs and {readings.ports} ports for a job of"
+                f" {self.node_of.size} GPUs and {self.port_node.size} ports"
+            )
         s = self.settings
-        missing = np.full(tensor.shape, np.nan)
-        sm = missing if sm is None else sm
-        power = missing if power is None else power
-        nvlink_errors = missing if nvlink_errors is None else nvlink_errors
+        t, tensor, util, clock = readings.t_s, readings.work, readings.util_pct, readings.sm_clock_mhz
+        xmit_bytes_rate, link_gbps = readings.xmit_bytes_per_s, readings.link_gbps
+        missing = np.full(tensor.shape, np.nan)  # what a feed without the counter reads
+        sm = missing if readings.sm_active_pct is None else readings.sm_active_pct
+        power = missing if readings.power_w is None else readings.power_w
+        nvlink_errors = missing if readings.nvlink_errors_per_s is None else readings.nvlink_errors_per_s
         level = _median(tensor)
         self._level.observe(np.array([level]))
         if self._paused():
             self._candidate = None  # a candidate must hold through running time, not across a pause
             self._paused_at = t
-            return  # neither evidence nor normal
+            return ()  # neither evidence nor normal
         # The fast averages climb back for a while after a pause: neither judged nor learnt meanwhile.
         settling = t - self._paused_at < s.after_pause_s
         if self._started is None:
@@ -201,7 +179,7 @@ class JobDetector:
             (self._share, tensor / self._level.now[0]),
             (self._util, node_util),
             (self._traffic, np.array([sent])),
-            (self._wait, xmit_wait_rate),
+            (self._wait, readings.xmit_wait_per_s),
             (self._link, link_gbps),
             (self._busy, _ratio(sm, _median(sm))),
             (self._power, _ratio(power, _median(power))),
@@ -211,7 +189,7 @@ class JobDetector:
         for signal, values in signals:
             signal.observe(values)
         if settling:
-            return
+            return ()
         # Normals stand still while a straggler is active, so a long one does not become normal; but
         # not for ever, or a wrong declaration (a job that settled slower after its start, say) would
         # keep itself alive by keeping the normal it is judged against.
@@ -221,12 +199,12 @@ class JobDetector:
             for signal, values in signals:
                 signal.learn(values)
         if t - self._started < s.warmup_s:
-            return
-        bits = np.nan_to_num(reasons).astype(np.int64)
+            return ()
+        bits = np.nan_to_num(readings.clock_event_reasons).astype(np.int64)
         self._thermal_at[(bits & (HW_THERMAL_SLOWDOWN | SW_THERMAL_SLOWDOWN)) != 0] = t
         self._power_cap_at[(bits & SW_POWER_CAP) != 0] = t
         # Where nobody waits for anybody (independent replicas) there is no straggler to find.
-        self._judge(t, self._find(t, clock, link_gbps) if self._synchrony.synchronous else None)
+        return self._judge(t, self._find(t, clock, link_gbps) if self._synchrony.synchronous else None)
 
     @property
     def model(self) -> str:
@@ -376,7 +354,7 @@ class JobDetector:
         node = int(self.node_of[rank])
         return _Candidate((node, rank - int(self._first_rank[node]), None, cause), 0.0, evidence)
 
-    def _judge(self, t: float, found: _Candidate | None) -> None:
+    def _judge(self, t: float, found: _Candidate | None) -> tuple[StragglerEvent, ...]:
         """Persistence: declare a candidate that held persist_s; end a straggler gone for persist_s. Three
         samples at the least, wherever samples are sparse: a stall every rank takes for a few seconds
         can straddle two of them."""
@@ -385,28 +363,33 @@ class JobDetector:
         if found is not None and found.key[3] == "fabric" and self.active is None:
             persist_s = max(persist_s, s.fabric_persist_s)
         if self.active is not None:
-            same = found is not None and found.key[:3] == (self.active.node, self.active.gpu, self.active.port)
-            if same:
-                assert found is not None
+            active = self.active
+            if found is not None and found.key[:3] == (active.node, active.gpu, active.port):
                 self._quiet_since = None
-                self.active.estimates.append(found.evidence["job_slowdown"])
-                self.active.slowdown = float(np.median(self.active.estimates))
-            elif self._quiet_since is None:
+                self._estimates.append(found.evidence["job_slowdown"])
+                slowdown = float(np.median(self._estimates))
+                if slowdown == active.slowdown:
+                    return ()
+                self.active = replace(active, slowdown=slowdown)
+                return (StragglerEvent("updated", self.active),)
+            if self._quiet_since is None:
                 self._quiet_since = t
             elif t - self._quiet_since >= persist_s:
-                self.active.ended_s = self._quiet_since
+                ended = replace(active, ended_s=self._quiet_since)
                 self.active, self._quiet_since = None, None
-            return
+                return (StragglerEvent("ended", ended),)
+            return ()
         if found is None or self._candidate is None or self._candidate.key != found.key:
             self._candidate = None if found is None else _Candidate(found.key, t, found.evidence)
-            return
-        if t - self._candidate.since_s >= persist_s:
-            node, gpu, port, cause = found.key
-            self.active = Straggler(node, gpu, port, cause, self._candidate.since_s, found.evidence["job_slowdown"], t)
-            self.active.evidence = found.evidence
-            self.active.estimates.append(found.evidence["job_slowdown"])
-            self.declared.append(self.active)
-            self._candidate = None
+            return ()
+        if t - self._candidate.since_s < persist_s:
+            return ()
+        node, gpu, port, cause = found.key
+        slowdown = found.evidence["job_slowdown"]
+        self.active = Straggler(node, gpu, port, cause, self._candidate.since_s, slowdown, t, found.evidence)
+        self._estimates = deque([slowdown], maxlen=self._estimates.maxlen)
+        self._candidate = None
+        return (StragglerEvent("declared", self.active),)
 
 
 def _agree(slowdown: float, traffic: float, slack: float) -> bool:

@@ -17,15 +17,18 @@ import json
 import logging
 import math
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 
 from gpuscope.collector.query.timerange import EPOCH
-from gpuscope.stragglers.detector import JobDetector, Settings, Straggler
+from gpuscope.stragglers.detector import JobDetector, Settings
+from gpuscope.stragglers.events import Straggler, StragglerEvent, StragglerKey
+from gpuscope.stragglers.readings import Readings
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,22 @@ LOCK_KEY = 0x67707374726167  # "gpstrag": the one active detector across collect
 
 
 @dataclass
+class _Finding:
+    """A straggler as the watch stores it: the detector's latest report of it, what the watch added (the
+    job whose traffic it names for a fabric finding), and its row once stored."""
+
+    straggler: Straggler
+    row_id: int | None = None
+    changed: bool = True  # since its row was last written
+    aggressor: str | None = None
+    aggressor_evidence: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def evidence(self) -> dict[str, float]:
+        return self.straggler.evidence | self.aggressor_evidence
+
+
+@dataclass
 class _Job:
     cluster: str
     gpu_ids: list[int]  # ranks, ordered by node then GPU index
@@ -45,11 +64,25 @@ class _Job:
     port_ids: list[int]  # the InfiniBand ports of those nodes, in node order
     detector: JobDetector
     cursor: datetime  # the next bucket to feed
-    stored: dict[int, int] = field(default_factory=dict)  # id(Straggler) -> straggler_id, while it is active
+    # The stragglers its detector declared that have not ended, and those that ended since the last store.
+    findings: dict[StragglerKey, _Finding] = field(default_factory=dict)
     model_stored: tuple[str, datetime] | None = None  # the judging model last written, and when
     # (time, bytes per second the job sent per port) over the last hour, whatever its detector judges (a
     # job writing a checkpoint is paused to its detector, not to its neighbours)
     sent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=720))
+
+    @property
+    def active(self) -> _Finding | None:
+        return next((f for f in self.findings.values() if f.straggler.ended_s is None), None)
+
+    def follow(self, events: Iterable[StragglerEvent]) -> None:
+        """Keep what the detector reported: a straggler declared, or the latest figures of one."""
+        for event in events:
+            if event.kind == "declared":
+                self.findings[event.key] = _Finding(event.straggler)
+            else:
+                finding = self.findings[event.key]
+                finding.straggler, finding.changed = event.straggler, True
 
 
 class StragglerWatch:
@@ -70,17 +103,14 @@ class StragglerWatch:
         end = max(complete.values())
         if start >= end:
             return 0
-        gpu_rows, nic_rows = await self._samples(conn, start, end, gpu_ids)
-        # Rows into arrays once per cycle, (values, id, bucket), so each job takes its slice.
-        gpus = _Grid(gpu_rows, 7, start, end)  # tensor, util, clock, reasons, SM activity, power, NVLink errors
-        ports = _Grid(nic_rows, 3, start, end)  # wait rate, bytes rate, link rate
+        gpus, ports = await self._samples(conn, start, end, gpu_ids)
         for job_id, job in self.jobs.items():
             self._feed(job, gpus, ports, complete[job_id])
         self._name_aggressors()
         for job_id, job in self.jobs.items():
             await self._store(conn, job_id, job)
             await self._store_model(conn, job_id, job, now)
-        return sum(job.detector.active is not None for job in self.jobs.values())
+        return sum(job.active is not None for job in self.jobs.values())
 
     async def _follow_jobs(self, conn: AsyncConnection[Any], end: datetime) -> None:
         cur = await conn.execute(
@@ -137,29 +167,34 @@ class StragglerWatch:
 
     async def _samples(
         self, conn: AsyncConnection[Any], start: datetime, end: datetime, gpu_ids: list[int]
-    ) -> tuple[list, list]:
+    ) -> tuple[_Grid, _Grid]:
+        """The GPUs' and the ports' samples from `start` to `end`, per 5 s bucket, as arrays once per cycle
+        (so each job takes its slice), by the columns' names."""
         port_ids = sorted({p for job in self.jobs.values() for p in job.port_ids})
         params = {"bucket": SAMPLE, "origin": EPOCH, "start": start, "end": end, "gpus": gpu_ids, "ports": port_ids}
         cur = await conn.execute(
             # Tensor activity needs profiling counters (GPM on Hopper and later); SM activity stands in.
-            "SELECT gpu_id, date_bin(%(bucket)s, ts, %(origin)s), avg(tensor_active_pct)::float8,"
-            " avg(util_pct)::float8, avg(sm_clock_mhz)::float8, bit_or(clock_event_reasons)::float8,"
-            " avg(sm_active_pct)::float8, avg(power_w)::float8,"
+            "SELECT gpu_id, date_bin(%(bucket)s, ts, %(origin)s) AS bucket,"
+            " avg(tensor_active_pct)::float8 AS tensor_active_pct, avg(util_pct)::float8 AS util_pct,"
+            " avg(sm_clock_mhz)::float8 AS sm_clock_mhz, bit_or(clock_event_reasons)::float8 AS clock_event_reasons,"
+            " avg(sm_active_pct)::float8 AS sm_active_pct, avg(power_w)::float8 AS power_w,"
             # NVLink errors of every kind, as one counter (NULL on GPUs that report none)
             " max(CASE WHEN coalesce(nvlink_replay_errors, nvlink_recovery_errors, nvlink_crc_errors) IS NOT NULL"
             "  THEN coalesce(nvlink_replay_errors, 0) + coalesce(nvlink_recovery_errors, 0)"
-            "   + coalesce(nvlink_crc_errors, 0) END)::float8"
+            "   + coalesce(nvlink_crc_errors, 0) END)::float8 AS nvlink_errors"
             " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s AND gpu_id = ANY(%(gpus)s) GROUP BY 1, 2",
             params,
         )
-        gpu_rows = await cur.fetchall()
+        gpus = await _Grid.read(cur, "gpu_id", start, end)
         # Per port, transmit waits and bytes per second from consecutive counter readings (a reading
         # lower than the one before is a counter reset: no rate for that interval), and the link rate.
         cur = await conn.execute(
-            "SELECT port_id, date_bin(%(bucket)s, ts, %(origin)s),"
-            " (sum(CASE WHEN d_wait >= 0 THEN d_wait END) / nullif(sum(CASE WHEN d_wait >= 0 THEN dt END), 0))::float8,"
-            " (sum(CASE WHEN d_sent >= 0 THEN d_sent END) / nullif(sum(CASE WHEN d_sent >= 0 THEN dt END), 0))::float8,"
-            " min(rate_gbps)::float8 FROM ("
+            "SELECT port_id, date_bin(%(bucket)s, ts, %(origin)s) AS bucket,"
+            " (sum(CASE WHEN d_wait >= 0 THEN d_wait END) / nullif(sum(CASE WHEN d_wait >= 0 THEN dt END), 0))::float8"
+            "  AS xmit_wait_per_s,"
+            " (sum(CASE WHEN d_sent >= 0 THEN d_sent END) / nullif(sum(CASE WHEN d_sent >= 0 THEN dt END), 0))::float8"
+            "  AS xmit_bytes_per_s,"
+            " min(rate_gbps)::float8 AS rate_gbps FROM ("
             # float8: counters near the int64 bound must not overflow the difference
             "  SELECT port_id, ts, rate_gbps, xmit_wait::float8 - lag(xmit_wait::float8) OVER w AS d_wait,"
             "   xmit_bytes::float8 - lag(xmit_bytes::float8) OVER w AS d_sent,"
@@ -169,29 +204,38 @@ class StragglerWatch:
             " WHERE ts >= %(start)s GROUP BY 1, 2",
             params,
         )
-        return gpu_rows, await cur.fetchall()
+        return gpus, await _Grid.read(cur, "port_id", start, end)
 
     def _feed(self, job: _Job, gpus: _Grid, ports: _Grid, end: datetime) -> None:
         if end <= job.cursor:
             return
         gpu = gpus.take(job.gpu_ids, job.cursor, end)
-        wait, sent, link = ports.take(job.port_ids, job.cursor, end)
+        port = ports.take(job.port_ids, job.cursor, end)
         # Tensor activity is the work done; SM activity how busy the GPU was, and the work's stand-in on
         # GPUs without profiling counters for tensor cores.
-        has_tensor = np.isfinite(gpu[0]).any() or not np.isfinite(gpu[4]).any()
-        activity = gpu[0] if has_tensor else gpu[4]
+        tensor, sm = gpu["tensor_active_pct"], gpu["sm_active_pct"]
+        has_tensor = np.isfinite(tensor).any() or not np.isfinite(sm).any()
+        work = tensor if has_tensor else sm
         first = job.cursor.timestamp()
-        _follow_traffic(job, sent)
-        nvlink = self._nvlink_rates(job.gpu_ids, gpu[6])
-        for step in range(gpu.shape[2]):
+        _follow_traffic(job, port["xmit_bytes_per_s"])
+        nvlink = self._nvlink_rates(job.gpu_ids, gpu["nvlink_errors"])
+        for step in range(work.shape[1]):
             # A bucket's time to the detector is its end: the time of the last sample in it, as a
             # sample's own time is the end of the interval it covers.
-            t = first + (step + 1) * SAMPLE.total_seconds()
-            job.detector.update(
-                t, activity[:, step], gpu[1, :, step], gpu[2, :, step], gpu[3, :, step], wait[:, step], link[:, step],
-                sent[:, step], sm=gpu[4, :, step] if has_tensor else None, power=gpu[5, :, step],
-                nvlink_errors=nvlink[:, step],
-            )  # fmt: skip
+            readings = Readings(
+                first + (step + 1) * SAMPLE.total_seconds(),
+                work=work[:, step],
+                util_pct=gpu["util_pct"][:, step],
+                sm_clock_mhz=gpu["sm_clock_mhz"][:, step],
+                clock_event_reasons=gpu["clock_event_reasons"][:, step],
+                xmit_wait_per_s=port["xmit_wait_per_s"][:, step],
+                link_gbps=port["rate_gbps"][:, step],
+                xmit_bytes_per_s=port["xmit_bytes_per_s"][:, step],
+                sm_active_pct=sm[:, step] if has_tensor else None,
+                power_w=gpu["power_w"][:, step],
+                nvlink_errors_per_s=nvlink[:, step],
+            )
+            job.follow(job.detector.update(readings))
         job.cursor = end
 
     def _nvlink_rates(self, gpu_ids: list[int], counters: np.ndarray) -> np.ndarray:
@@ -211,25 +255,23 @@ class StragglerWatch:
         return rates
 
     async def _store(self, conn: AsyncConnection[Any], job_id: str, job: _Job) -> None:
-        for straggler in job.detector.declared:
-            key = id(straggler)
-            if key not in job.stored:
-                job.stored[key] = await self._insert(conn, job_id, job, straggler)
+        """A row for each straggler declared since the last store; the figures of those that changed."""
+        for finding in job.findings.values():
+            straggler = finding.straggler
+            if finding.row_id is None:
+                finding.row_id = await self._insert(conn, job_id, job, finding)
                 log.warning(
                     "straggler in job %s: %s, %s, job %.0f%% slower",
                     job_id, await _culprit(conn, job, straggler), straggler.cause, 100 * straggler.slowdown,
                 )  # fmt: skip
-            else:
+            elif finding.changed:
                 await conn.execute(
                     "UPDATE straggler SET slowdown = %s, ended_at = %s, aggressor_job = %s WHERE straggler_id = %s",
-                    (straggler.slowdown, _at(straggler.ended_s), straggler.aggressor, job.stored[key]),
+                    (straggler.slowdown, _at(straggler.ended_s), finding.aggressor, finding.row_id),
                 )
-        # Ended ones are final in the table: forget them, and their ids with them (an id() is reused
-        # once its object is gone, so a stale entry could pass a new straggler off as stored).
-        for straggler in job.detector.declared:
-            if straggler.ended_s is not None:
-                job.stored.pop(id(straggler), None)
-        job.detector.declared = [s for s in job.detector.declared if s.ended_s is None]
+            finding.changed = False
+        # Ended ones are final in the table: forget them.
+        job.findings = {key: f for key, f in job.findings.items() if f.straggler.ended_s is None}
 
     async def _store_model(self, conn: AsyncConnection[Any], job_id: str, job: _Job, now: datetime) -> None:
         """How the job is judged, for the jobs pages: written when it changes, and each minute for its measure."""
@@ -250,12 +292,12 @@ class StragglerWatch:
         before: that job's traffic is named (a shared node's NIC, and the switch behind it, carry both).
         Without a shared node nothing here knows which switch is whose, so none is named."""
         for job_id, job in self.jobs.items():
-            active = job.detector.active
-            if active is None or active.cause != "fabric" or active.aggressor is not None:
+            active = job.active
+            if active is None or active.straggler.cause != "fabric" or active.aggressor is not None:
                 continue
             mine = set(job.node_ids)
             rises = {
-                other_id: _traffic_rise(other, active.started_s)
+                other_id: _traffic_rise(other, active.straggler.started_s)
                 for other_id, other in self.jobs.items()
                 if other_id != job_id and mine & set(other.node_ids)
             }
@@ -263,10 +305,11 @@ class StragglerWatch:
                 rises, key=lambda other_id: rises[other_id] if math.isfinite(rises[other_id]) else -1, default=None
             )
             if loudest is not None and rises[loudest] >= AGGRESSOR_RISE:
-                active.aggressor = loudest
-                active.evidence["aggressor_traffic_rise"] = rises[loudest]
+                active.aggressor, active.changed = loudest, True
+                active.aggressor_evidence["aggressor_traffic_rise"] = rises[loudest]
 
-    async def _insert(self, conn: AsyncConnection[Any], job_id: str, job: _Job, straggler: Straggler) -> int:
+    async def _insert(self, conn: AsyncConnection[Any], job_id: str, job: _Job, finding: _Finding) -> int:
+        straggler = finding.straggler
         node_id = _node_id(job, straggler)
         gpu_id = None
         if straggler.gpu is not None:
@@ -299,11 +342,11 @@ class StragglerWatch:
                 _port_id(job, straggler),
                 straggler.cause,
                 straggler.slowdown,
-                json.dumps({k: v for k, v in straggler.evidence.items() if math.isfinite(v)}),  # JSON has no NaN
+                json.dumps({k: v for k, v in finding.evidence.items() if math.isfinite(v)}),  # JSON has no NaN
                 _at(straggler.started_s),
                 _at(straggler.declared_s),
                 _at(straggler.ended_s),
-                straggler.aggressor,
+                finding.aggressor,
             ),
         )
         row = await cur.fetchone()
@@ -313,30 +356,42 @@ class StragglerWatch:
     async def _finish(self, conn: AsyncConnection[Any], job_id: str, end: datetime) -> None:
         """The job ended (or changed shape): an active straggler ends with it."""
         job = self.jobs.pop(job_id)
-        active = job.detector.active
-        if active is not None and id(active) in job.stored:
-            await conn.execute(
-                "UPDATE straggler SET ended_at = %s WHERE straggler_id = %s", (end, job.stored[id(active)])
-            )
+        active = job.active
+        if active is not None and active.row_id is not None:
+            await conn.execute("UPDATE straggler SET ended_at = %s WHERE straggler_id = %s", (end, active.row_id))
 
 
 class _Grid:
-    """Rows of (id, bucket, *values) as an array (values, ids, buckets) from `start` to `end`; NaN for
-    what is missing."""
+    """Rows of one id, one 5 s bucket and values, as one array (id, bucket) per value column from `start` to
+    `end`, named as the query names its columns; NaN for what is missing."""
 
-    def __init__(self, rows: list, values: int, start: datetime, end: datetime) -> None:
+    def __init__(
+        self, columns: list[str], rows: list[tuple[Any, ...]], key: str, start: datetime, end: datetime
+    ) -> None:
         self.start = start
-        self.row_of = {key: i for i, key in enumerate(dict.fromkeys(row[0] for row in rows))}
-        self.data = np.full((values, len(self.row_of) + 1, int((end - start) / SAMPLE)), np.nan)  # last row: none
-        for key, bucket, *row_values in rows:
-            step = round((bucket - start) / SAMPLE)
+        key_at, bucket_at = columns.index(key), columns.index("bucket")
+        value_at = [i for i in range(len(columns)) if i not in (key_at, bucket_at)]
+        self.names = [columns[i] for i in value_at]
+        self.row_of = {k: i for i, k in enumerate(dict.fromkeys(row[key_at] for row in rows))}
+        # One row more than there are ids: the row of an id without samples, NaN throughout.
+        self.data = np.full((len(value_at), len(self.row_of) + 1, int((end - start) / SAMPLE)), np.nan)
+        for row in rows:
+            step = round((row[bucket_at] - start) / SAMPLE)
             if 0 <= step < self.data.shape[2]:
-                self.data[:, self.row_of[key], step] = [np.nan if v is None else v for v in row_values]
+                self.data[:, self.row_of[row[key_at]], step] = [np.nan if row[i] is None else row[i] for i in value_at]
 
-    def take(self, keys: list[int], start: datetime, end: datetime) -> np.ndarray:
+    @classmethod
+    async def read(cls, cur: AsyncCursor[Any], key: str, start: datetime, end: datetime) -> _Grid:
+        """The rows of the query `cur` ran, whose columns name `key`, "bucket" and the values."""
+        assert cur.description is not None
+        return cls([column.name for column in cur.description], await cur.fetchall(), key, start, end)
+
+    def take(self, keys: list[int], start: datetime, end: datetime) -> Mapping[str, np.ndarray]:
+        """Per value column, the rows of `keys` (in that order) from `start` to `end`."""
         rows = [self.row_of.get(key, -1) for key in keys]
         first = round((start - self.start) / SAMPLE)
-        return self.data[:, rows, first : first + round((end - start) / SAMPLE)]
+        block = self.data[:, rows, first : first + round((end - start) / SAMPLE)]
+        return dict(zip(self.names, block, strict=True))
 
 
 def _follow_traffic(job: _Job, sent: np.ndarray) -> None:

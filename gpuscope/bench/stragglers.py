@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,9 @@ import numpy as np
 
 from gpuscope.bench import stragglers_cycle, stragglers_families
 from gpuscope.exporter.sim.training import FAULT_KINDS, Fault, Telemetry, TrainingJob, simulate
-from gpuscope.stragglers.detector import JobDetector, Settings, Straggler
+from gpuscope.stragglers.detector import JobDetector, Settings
+from gpuscope.stragglers.events import Findings, Straggler
+from gpuscope.stragglers.readings import Readings
 
 SEVERITIES = (0.05, 0.1, 0.2, 0.5)
 TUNING = range(0, 200)
@@ -73,24 +76,31 @@ def scenario(seed: int) -> Scenario:
 
 def detect(telemetry: Telemetry, job: TrainingJob) -> list[Straggler]:
     detector = JobDetector(job.nodes, job.gpus_per_node)
+    findings = Findings()
+    for sample in readings(telemetry):
+        findings.add(detector.update(sample))
+    return findings.stragglers
+
+
+def readings(telemetry: Telemetry) -> Iterator[Readings]:
+    """The job's telemetry sample by sample, as the watch reads it from the database."""
     step = telemetry.times[1] - telemetry.times[0]
     wait, sent = (np.diff(telemetry.nic[key], axis=1, prepend=np.nan) / step for key in ("xmit_wait", "xmit_bytes"))
     wait[:, 0], sent[:, 0] = wait[:, 1], sent[:, 1]
     gpu = telemetry.gpu
     for i, t in enumerate(telemetry.times):
-        detector.update(
+        yield Readings(
             float(t),
-            gpu["tensor_active_pct"][:, i],
-            gpu["util_pct"][:, i],
-            gpu["sm_clock_mhz"][:, i],
-            gpu["clock_event_reasons"][:, i],
-            wait[:, i],
-            telemetry.nic["rate_gbps"][:, i],
-            sent[:, i],
-            sm=gpu["sm_active_pct"][:, i],  # as the watch feeds it: how busy, beside the work
-            power=gpu["power_w"][:, i],
+            work=gpu["tensor_active_pct"][:, i],
+            util_pct=gpu["util_pct"][:, i],
+            sm_clock_mhz=gpu["sm_clock_mhz"][:, i],
+            clock_event_reasons=gpu["clock_event_reasons"][:, i],
+            xmit_wait_per_s=wait[:, i],
+            link_gbps=telemetry.nic["rate_gbps"][:, i],
+            xmit_bytes_per_s=sent[:, i],
+            sm_active_pct=gpu["sm_active_pct"][:, i],  # as the watch feeds it: how busy, beside the work
+            power_w=gpu["power_w"][:, i],
         )
-    return detector.declared
 
 
 def score(seeds: range) -> dict[str, Any]:
@@ -171,13 +181,21 @@ def cycle_cost(jobs: int = 1000, gpus_per_job: int = 10) -> float:
         for _ in range(jobs)
     ]
     zeros, wait, link, sent = np.zeros(gpus_per_job), np.full(2, 1e4), np.full(2, 400.0), np.full(2, 2e9)
+
+    def sample_of(t: float, tensor: np.ndarray, util: np.ndarray, clock: np.ndarray) -> Readings:
+        return Readings(
+            t, work=tensor, util_pct=util, sm_clock_mhz=clock, clock_event_reasons=zeros,
+            xmit_wait_per_s=wait, link_gbps=link, xmit_bytes_per_s=sent,
+        )  # fmt: skip
+
     end = Settings().warmup_s + 60  # past the warm-up, so the judging runs too
     for t in np.arange(0, end, 5):
-        for detector, (tensor, util, clock) in zip(detectors, samples, strict=True):
-            detector.update(float(t), tensor, util, clock, zeros, wait, link, sent)
+        for detector, sample in zip(detectors, samples, strict=True):
+            detector.update(sample_of(float(t), *sample))
+    last = [sample_of(end, *sample) for sample in samples]
     started = time.perf_counter()
-    for detector, (tensor, util, clock) in zip(detectors, samples, strict=True):
-        detector.update(end, tensor, util, clock, zeros, wait, link, sent)
+    for detector, sample_readings in zip(detectors, last, strict=True):
+        detector.update(sample_readings)
     return time.perf_counter() - started
 
 

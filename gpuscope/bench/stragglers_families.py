@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from gpuscope.bench.workloads import FAMILIES, NEW_FAMILIES, TARGET_SLOWDOWNS, Case, GroundTruth, generate
 from gpuscope.bench.workloads._common import design
-from gpuscope.stragglers.detector import JobDetector, Settings, Straggler
+from gpuscope.stragglers.detector import JobDetector, Settings
+from gpuscope.stragglers.events import Findings, Straggler
+from gpuscope.stragglers.readings import Readings
 
 # Families none of whose seeds were looked at while revising (every seed held out): none since issue 37.
 UNSEEN: tuple[str, ...] = ()
@@ -47,11 +49,18 @@ GRACE_S = 120.0
 NVLINK_ERRORS = ("nvlink_replay_errors", "nvlink_recovery_errors", "nvlink_crc_errors")
 
 
+class Judged(NamedTuple):
+    """A case run through the detector: what it declared, and how it judged the job by the end."""
+
+    stragglers: list[Straggler]
+    model: str
+
+
 def detect(case: Case) -> list[Straggler]:
-    return run_case(case).declared
+    return run_case(case).stragglers
 
 
-def run_case(case: Case) -> JobDetector:
+def run_case(case: Case) -> Judged:
     node_of = np.arange(case.ranks) // case.gpus_per_node
     detector = JobDetector.for_ranks(node_of, Settings(sample_s=case.sample_s), port_node=case.port_node)
     data = case.telemetry
@@ -60,21 +69,23 @@ def run_case(case: Case) -> JobDetector:
     wait, sent = (_rate(data[key], case.sample_s) for key in ("xmit_wait", "xmit_bytes"))
     counters = [_rate(data[key], case.sample_s) for key in NVLINK_ERRORS if key in data]
     nvlink = sum(counters[1:], counters[0]) if counters else None
+    findings = Findings()
     for i, t in enumerate(case.times):
-        detector.update(
+        readings = Readings(
             float(t),
-            tensor[:, i],
-            data["util_pct"][:, i],
-            data["sm_clock_mhz"][:, i],
-            data["clock_event_reasons"][:, i],
-            wait[:, i],
-            data["rate_gbps"][:, i],
-            sent[:, i],
-            sm=data["sm_active_pct"][:, i] if has_tensor else None,
-            power=data["power_w"][:, i],
-            nvlink_errors=None if nvlink is None else nvlink[:, i],
+            work=tensor[:, i],
+            util_pct=data["util_pct"][:, i],
+            sm_clock_mhz=data["sm_clock_mhz"][:, i],
+            clock_event_reasons=data["clock_event_reasons"][:, i],
+            xmit_wait_per_s=wait[:, i],
+            link_gbps=data["rate_gbps"][:, i],
+            xmit_bytes_per_s=sent[:, i],
+            sm_active_pct=data["sm_active_pct"][:, i] if has_tensor else None,
+            power_w=data["power_w"][:, i],
+            nvlink_errors_per_s=None if nvlink is None else nvlink[:, i],
         )
-    return detector
+        findings.add(detector.update(readings))
+    return Judged(findings.stragglers, detector.model)
 
 
 def _rate(counter: np.ndarray, sample_s: float) -> np.ndarray:
@@ -100,10 +111,10 @@ class Tally:
     coarse_latencies: list[float] = field(default_factory=list)  # in samples, at coarser sampling
     errors: list[float] = field(default_factory=list)
 
-    def add(self, case: Case, detector: JobDetector) -> None:
-        stragglers = detector.declared
+    def add(self, case: Case, judged: Judged) -> None:
+        stragglers = judged.stragglers
         self.cases += 1
-        self.independent += detector.model == "independent"
+        self.independent += judged.model == "independent"
         self.declared += len(stragglers)
         if not case.faults:
             self.clean_hours += case.duration_s / 3600

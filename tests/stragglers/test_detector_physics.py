@@ -9,7 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from gpuscope.stragglers.detector import SW_POWER_CAP, JobDetector, Settings, Straggler
+from gpuscope.stragglers.detector import SW_POWER_CAP, JobDetector, Settings
+from gpuscope.stragglers.events import Findings, Straggler
+from gpuscope.stragglers.readings import Readings
 
 TICK = 0.05  # seconds of model time per grid point
 ONSET, END, DURATION = 1500.0, 2400.0, 3000.0
@@ -70,20 +72,22 @@ def run(job: Job, sample_s: float, slower: dict[int, float] | None = None, **ext
     detector = JobDetector.for_ranks(node_of, Settings(sample_s=sample_s), port_node=port_node)
     per_sample = round(sample_s / TICK)
     rng = np.random.default_rng(0)
+    findings = Findings()
     for end in range(per_sample, t.size + 1, per_sample):
         window = slice(end - per_sample, end)
         noise = 1 + 0.01 * rng.standard_normal(job.ranks)
-        detector.update(
+        readings = Readings(
             float(t[end - 1]),
-            tensor[:, window].mean(axis=1) * noise,
-            np.full(job.ranks, 99.0),
-            np.where(reasons[:, window].any(axis=1), 1500.0, 1980.0),
-            np.bitwise_or.reduce(reasons[:, window], axis=1).astype(float),
-            waits[:, window].mean(axis=1),
-            link[:, window].min(axis=1),
-            sent[:, window].mean(axis=1),
+            work=tensor[:, window].mean(axis=1) * noise,
+            util_pct=np.full(job.ranks, 99.0),
+            sm_clock_mhz=np.where(reasons[:, window].any(axis=1), 1500.0, 1980.0),
+            clock_event_reasons=np.bitwise_or.reduce(reasons[:, window], axis=1).astype(float),
+            xmit_wait_per_s=waits[:, window].mean(axis=1),
+            link_gbps=link[:, window].min(axis=1),
+            xmit_bytes_per_s=sent[:, window].mean(axis=1),
         )
-    return detector.declared
+        findings.add(detector.update(readings))
+    return findings.stragglers
 
 
 @pytest.mark.parametrize("sample_s", [1.0, 5.0])
