@@ -5,18 +5,31 @@ writer. Python runs one core per process; a collector host with spare cores uses
 The parent holds the database (an embedded one lives as long as the parent) and watches the workers:
 SIGTERM or SIGINT stops them all; a worker that dies stops the rest, so a supervisor (systemd,
 Kubernetes) restarts the whole collector rather than running it at part strength.
+
+/metrics sums every worker's counters, whichever worker a scrape reaches: the parent makes a private
+folder, empty, for this run and names it in PROMETHEUS_MULTIPROC_DIR before it starts the workers, each
+writes its figures there (prometheus_client's multiprocess mode, collector/ingest/state.py), and the
+folder goes when the workers have stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
+import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.process import BaseProcess
+
+from prometheus_client import multiprocess
+
+from gpuscope.collector.ingest.state import MULTIPROCESS_DIR_VARIABLE
 
 log = logging.getLogger(__name__)
 
@@ -57,24 +70,50 @@ def run_workers(
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        for worker in workers:
-            worker.start()
-        while not stopping.is_set() and all(w.is_alive() for w in workers):
-            stopping.wait(0.5)
-        failed = [w for w in workers if not w.is_alive() and w.exitcode not in (0, None)]
-        if failed:
-            log.error("collector worker %s exited with %s: stopping the others", failed[0].name, failed[0].exitcode)
-        for worker in workers:
-            if worker.is_alive() and worker.pid is not None:
-                worker.terminate()  # SIGTERM: uvicorn finishes in-flight requests, lifespan closes the pools
-        deadline = time.monotonic() + WORKERS_STOP_S
-        for worker in workers:
-            worker.join(max(0.0, deadline - time.monotonic()))
-            if worker.is_alive():
-                log.warning("collector worker %s did not stop in %.0f s: killed", worker.name, WORKERS_STOP_S)
-                worker.kill()
-                worker.join(1.0)
-        return 1 if failed else 0
+        with shared_metrics_dir() as metrics_dir:
+            return _supervise(workers, stopping, metrics_dir)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _supervise(workers: list[BaseProcess], stopping: threading.Event, metrics_dir: str) -> int:
+    for worker in workers:
+        worker.start()
+    while not stopping.is_set() and all(w.is_alive() for w in workers):
+        stopping.wait(0.5)
+    for worker in workers:
+        if not worker.is_alive() and worker.pid is not None:
+            # Its counts stay in the sums the others serve until they stop; its live gauges leave them.
+            multiprocess.mark_process_dead(worker.pid, metrics_dir)
+    failed = [w for w in workers if not w.is_alive() and w.exitcode not in (0, None)]
+    if failed:
+        log.error("collector worker %s exited with %s: stopping the others", failed[0].name, failed[0].exitcode)
+    for worker in workers:
+        if worker.is_alive() and worker.pid is not None:
+            worker.terminate()  # SIGTERM: uvicorn finishes in-flight requests, lifespan closes the pools
+    deadline = time.monotonic() + WORKERS_STOP_S
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            log.warning("collector worker %s did not stop in %.0f s: killed", worker.name, WORKERS_STOP_S)
+            worker.kill()
+            worker.join(1.0)
+    return 1 if failed else 0
+
+
+@contextlib.contextmanager
+def shared_metrics_dir() -> Iterator[str]:
+    """A new folder, readable by this user only, where the workers started inside the context keep their
+    metrics; named in the environment they inherit, and removed, with the name, at the end."""
+    folder = tempfile.mkdtemp(prefix="gpuscope-collector-metrics-")
+    before = os.environ.get(MULTIPROCESS_DIR_VARIABLE)
+    os.environ[MULTIPROCESS_DIR_VARIABLE] = folder
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop(MULTIPROCESS_DIR_VARIABLE, None)
+        else:
+            os.environ[MULTIPROCESS_DIR_VARIABLE] = before
+        shutil.rmtree(folder, ignore_errors=True)

@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 FOLDERS = PYPROJECT["tool"]["setuptools"]["package-dir"]  # import name -> folder
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+# The bench and the hardware fakes are a second distribution of the same tree (tests/test_packaging.py).
+BENCH = tomllib.loads((ROOT / "packaging" / "bench" / "pyproject.toml").read_text())
 
 
 def _packages_on_disk() -> set[str]:
@@ -27,7 +29,10 @@ def _packages_on_disk() -> set[str]:
 
 
 def test_every_package_on_disk_is_installed_under_gpuscope() -> None:
-    declared = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    base = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    bench = set(BENCH["tool"]["setuptools"]["packages"])
+    assert not base & bench, base & bench  # each package in one distribution only
+    declared = base | bench
     code = _packages_on_disk()
     assert code <= declared, code - declared
     # The rest are folders of data only (SQL, CSS), declared so that setuptools installs them quietly.
@@ -73,8 +78,12 @@ def test_the_layers_hold_and_a_wrong_import_breaks_them(tmp_path: Path) -> None:
     (tree / "gpuscope" / "exporter" / "wrong.py").write_text("from gpuscope.collector.main import create_app\n")
     # The collector core reaching into an extension, as it did before the parts.
     (tree / "gpuscope" / "collector" / "wrong.py").write_text("from gpuscope.alerts.engine import AlertEngine\n")
+    # A server package borrowing the exporter's words: they belong in core (gpuscope/core/gpu_events.py).
+    (tree / "gpuscope" / "health" / "wrong.py").write_text("from gpuscope.exporter.events import XID\n")
     broken = _lint(tree)
     assert broken.returncode == 1, broken.stdout
     assert "gpuscope.exporter.wrong -> gpuscope.collector.main" in broken.stdout
     assert "gpuscope.collector.wrong -> gpuscope.alerts.engine" in broken.stdout
     assert "the exporter runs on every GPU node" in broken.stdout and "BROKEN" in broken.stdout
+    assert "gpuscope.health.wrong -> gpuscope.exporter.events" in broken.stdout
+    assert "never import the exporter: the words both use live in core" in broken.stdout
