@@ -65,6 +65,7 @@ class OverviewData:
 
 
 OVERVIEW_METRIC = "sm_active_pct"  # real work; utilisation reads ~100% for a rank spinning in NCCL
+FALLBACK_METRIC = "util_pct"  # GPUs without SM activity (no DCGM profiling) report only utilisation
 
 
 def load_overview(
@@ -80,9 +81,9 @@ def load_overview(
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
         level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
         grid_bucket, power_bucket = rollup_buckets(conn, window, HEATMAP_MAX_COLUMNS, POWER_MAX_POINTS)
-        grid = _grid(conn, OVERVIEW_METRIC, window, grid_bucket, level, summary.gpus_known, summary.nodes_known)
-        if not np.isfinite(grid.values).any():  # GPUs without SM activity (no DCGM profiling): utilisation
-            grid = _grid(conn, "util_pct", window, grid_bucket, level, summary.gpus_known, summary.nodes_known)
+        grid = _grid_or_fallback(
+            conn, OVERVIEW_METRIC, window, grid_bucket, level, summary.gpus_known, summary.nodes_known
+        )
         power = query.rack_power(conn, window, power_bucket)
         nameplate = query.rack_nameplate_w(conn)
     loads = rack_loads(power, budgets_kw or {}, nameplate)
@@ -120,10 +121,21 @@ def current_kw(watts: np.ndarray) -> float | None:
 
 
 def load_grid(pool: ConnectionPool[Any], metric: str, range_key: str, level: str) -> Grid:
+    """`metric`'s grid; for SM activity where no GPU reports it, utilisation's (the grid's `metric` says)."""
     window = time_range(range_key)
     with pool.connection() as conn:
         gpus, nodes = query.inventory_counts(conn)
-        return _grid(conn, metric, window, rollup_bucket(conn, window, HEATMAP_MAX_COLUMNS), level, gpus, nodes)
+        bucket = rollup_bucket(conn, window, HEATMAP_MAX_COLUMNS)
+        return _grid_or_fallback(conn, metric, window, bucket, level, gpus, nodes)
+
+
+def _grid_or_fallback(
+    conn: Any, metric: str, window: query.TimeRange, bucket: int, level: str, gpus: int, nodes: int
+) -> Grid:
+    grid = _grid(conn, metric, window, bucket, level, gpus, nodes)
+    if metric == OVERVIEW_METRIC and grid.rows and not np.isfinite(grid.values).any():
+        grid = _grid(conn, FALLBACK_METRIC, window, bucket, level, gpus, nodes)
+    return grid
 
 
 def rollup_bucket(conn: Any, window: query.TimeRange, max_points: int) -> int:

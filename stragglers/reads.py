@@ -46,15 +46,20 @@ class StragglerRow:
 
     @property
     def culprit(self) -> str:
-        """Where, for people: "node7 GPU 3", "node7 NIC mlx5_3 port 1", "node7", or for a whole job "the
-        fabric" / "job 4711's traffic"."""
-        if self.node is None:
-            return f"job {self.aggressor_job}'s traffic" if self.aggressor_job else "the fabric"
-        if self.gpu is not None:
-            return f"{self.node} GPU {self.gpu}"
-        if self.nic is not None:
-            return f"{self.node} NIC {self.nic} port {self.port}"
-        return self.node
+        return culprit_words(self.node, self.gpu, self.nic, self.port, self.aggressor_job)
+
+
+def culprit_words(node: str | None, gpu: int | None, nic: str | None, port: int | None, aggressor: str | None) -> str:
+    """Where, for people: "node7 GPU 3", "node7 NIC mlx5_3 port 1", "node7", or for a whole job "the
+    fabric" / "job 4711's traffic". The watch's log says the same; alerts/views.sql's alerting.stragglers
+    writes them in SQL for the rules (tests/stragglers/test_culprit_words.py holds the two together)."""
+    if node is None:
+        return f"job {aggressor}'s traffic" if aggressor else "the fabric"
+    if gpu is not None:
+        return f"{node} GPU {gpu}"
+    if nic is not None:
+        return f"{node} NIC {nic} port {port}"
+    return node
 
 
 # The job's GPUs and owner while episode `s` (on node `n`, or none) lasted: job ids are a cluster's own.

@@ -29,6 +29,7 @@ from gpuscope.collector.query.timerange import EPOCH
 from gpuscope.stragglers.detector import JobDetector, Settings
 from gpuscope.stragglers.events import Straggler, StragglerEvent, StragglerKey
 from gpuscope.stragglers.readings import Readings
+from gpuscope.stragglers.reads import culprit_words
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ class StragglerWatch:
                 finding.row_id = await self._insert(conn, job_id, job, finding)
                 log.warning(
                     "straggler in job %s: %s, %s, job %.0f%% slower",
-                    job_id, await _culprit(conn, job, straggler), straggler.cause, 100 * straggler.slowdown,
+                    job_id, await _culprit(conn, job, finding), straggler.cause, 100 * straggler.slowdown,
                 )  # fmt: skip
             elif finding.changed:
                 await conn.execute(
@@ -420,21 +421,20 @@ def _port_id(job: _Job, straggler: Straggler) -> int | None:
     return None if straggler.port is None else job.port_ids[straggler.port]
 
 
-async def _culprit(conn: AsyncConnection[Any], job: _Job, straggler: Straggler) -> str:
-    """Where, in the words the pages use: "node-005 GPU 5", "node-005 NIC mlx5_2 port 1", "node-005", or
-    "the whole job" (a fabric finding). Read once per declaration, so never in the cycle's hot path."""
+async def _culprit(conn: AsyncConnection[Any], job: _Job, finding: _Finding) -> str:
+    """Where, in the words the pages use (stragglers/reads.py culprit_words). Read once per declaration,
+    so never in the cycle's hot path."""
+    straggler = finding.straggler
     node_id = _node_id(job, straggler)
     if node_id is None:
-        return "the whole job"
+        return culprit_words(None, None, None, None, finding.aggressor)
     cur = await conn.execute(
         "SELECT n.name, p.device, p.port FROM node n LEFT JOIN ib_port p ON p.port_id = %s WHERE n.node_id = %s",
         (_port_id(job, straggler), node_id),
     )
     row = await cur.fetchone()
     name, device, port = row if row else (f"node id {node_id}", None, None)
-    if straggler.gpu is not None:
-        return f"{name} GPU {straggler.gpu}"
-    return f"{name} NIC {device} port {port}" if device is not None else str(name)
+    return culprit_words(str(name), straggler.gpu, device, port, None)
 
 
 def _done(latest: datetime, spacing: float | None) -> datetime:

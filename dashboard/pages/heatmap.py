@@ -11,7 +11,6 @@ import hashlib
 from typing import Any
 from urllib.parse import quote
 
-import numpy as np
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from gpuscope.dashboard import data, time_ranges
@@ -30,8 +29,7 @@ HEATMAP_METRICS = (
     "power_w",
     "fb_used_bytes",
 )
-DEFAULT_METRIC = "sm_active_pct"  # the overview's too (dashboard/data.py OVERVIEW_METRIC)
-FALLBACK_METRIC = "util_pct"  # GPUs without SM activity (no DCGM profiling) report only utilisation
+DEFAULT_METRIC = data.OVERVIEW_METRIC  # the overview's too; data.load_grid falls back to utilisation
 DEFAULT_RANGE = "1h"
 LEVELS = {"auto": "auto", "gpu": "GPUs", "node": "nodes", "rack": "racks"}
 
@@ -115,9 +113,8 @@ def register(app: Dash, ctx: Context) -> None:
     def refresh(_: int | None, metric: str, range_key: str, level: str) -> tuple[Any, ...]:
         grid = data.load_grid(ctx.pool, metric, range_key, level)
         notes = []
-        if metric == DEFAULT_METRIC and grid.rows and not np.isfinite(grid.values).any():
-            grid = data.load_grid(ctx.pool, FALLBACK_METRIC, range_key, level)
-            metric = FALLBACK_METRIC
+        if grid.metric != metric:
+            metric = grid.metric
             notes.append(banner("No GPU here reports SM activity (no DCGM profiling): showing utilisation."))
         if level not in ("auto", grid.level):
             notes.append(banner(f"{LEVELS[level]} would exceed the cell budget here: showing {LEVELS[grid.level]}."))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import psycopg
 import pytest
 
@@ -128,6 +129,11 @@ def test_8192_gpus_come_back_as_node_rows_within_the_cell_budget(dsn: str) -> No
         assert grid.cells <= 200_000
         assert data.load_grid(pool, "util_pct", "15m", "gpu").level == "node", "GPU rows would be 1.5 M cells"
         assert len(data.load_grid(pool, "util_pct", "15m", "rack").rows) == 32
+        # No GPU here reports SM activity: its grid, and the overview's, are utilisation's (one rule, data.py).
+        fallen_back = data.load_grid(pool, "sm_active_pct", "15m", "rack")
+        assert fallen_back.metric == "util_pct" and len(fallen_back.rows) == 32
+        assert np.nanmax(fallen_back.values) > 0, "utilisation's readings, not an empty SM grid"
+        assert data.load_overview(pool, "15m").heatmap.metric == "util_pct"
         power = data.load_power(pool, "15m", {"rack-00": 100.0})
         assert power.budget_kw[0] == 100.0, "a configured budget wins"
         assert power.budget_kw[1] == pytest.approx(32 * 8 * 0.7), "else the GPUs' power limits"
