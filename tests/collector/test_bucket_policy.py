@@ -5,7 +5,6 @@ samples that reading the wide buckets in SQL gives."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import time
 import uuid
@@ -21,17 +20,15 @@ from psycopg_pool import ConnectionPool
 
 from gpuscope.collector import query
 from gpuscope.collector.query import buckets, cells
-from gpuscope.collector.store import rollups
 from gpuscope.dashboard import data
 from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, Snapshot
 from gpuscope.exporter.wire import Origin
 from tests.collector.helpers import push_binary
+from tests.collector.three_hours import HOURS, T0, roll_up, sample_three_hours
 from tests.processes import RunningCollector
 
 # the module, not the function query/__init__.py exports under its name
 heatmap = importlib.import_module("gpuscope.collector.query.heatmap")
-T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
-HOURS = 3
 
 
 def test_the_source_follows_the_width() -> None:
@@ -73,34 +70,9 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     hold different numbers of samples and a mean of minute means would differ from the exact mean),
     rolled up to minutes and hours."""
     with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(
-            "CREATE TABLE gpu_sample_p20261101 PARTITION OF gpu_sample"
-            " FOR VALUES FROM ('2026-11-01 00:00+00') TO ('2026-11-02 00:00+00')"
-        )
-        connection.execute("INSERT INTO node (cluster, name, rack) VALUES ('c', 'n1', 'r1')")
-        for index in range(2):
-            connection.execute(
-                "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id) VALUES (1, %s, %s, 'H100', 'x')",
-                (index, f"GPU-{index}"),
-            )
-        connection.execute(
-            "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct, power_w)"
-            " SELECT %s + s * interval '1 second', g, true, (s / 20) %% 97, 300 + g"
-            " FROM generate_series(0, %s - 20, 20) AS s, generate_series(1, 2) AS g WHERE g = 1 OR s %% 140 <> 0",
-            (T0, HOURS * 3600),
-        )
-        asyncio.run(_roll_up(dsn, T0 + timedelta(hours=HOURS + 1)))
+        sample_three_hours(connection)
+        roll_up(dsn, T0 + timedelta(hours=HOURS + 1))
         yield connection
-
-
-async def _roll_up(dsn: str, now: datetime) -> None:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await conn.execute(
-            "INSERT INTO rollup_dirty_minute SELECT DISTINCT date_bin('1 minute', ts, 'epoch') FROM gpu_sample"
-            " ON CONFLICT DO NOTHING"
-        )
-        while await rollups.roll_up(conn, now):
-            pass
 
 
 def wide_in_sql(conn: psycopg.Connection[Any], window: query.TimeRange, bucket_s: int) -> np.ndarray:
@@ -167,7 +139,7 @@ def test_the_api_heatmap_reads_the_rollup_and_answers_as_the_dashboard(collector
         for i, t in enumerate(stamps)
     ]
     push_binary(collector, Origin("c", "r1", "n1", "sim", str(uuid.uuid4())), 1, snapshots)
-    asyncio.run(_roll_up(collector.dsn, datetime.now(UTC)))
+    roll_up(collector.dsn, datetime.now(UTC))
     key = f"{start:%Y-%m-%dT%H:%M}..{end:%Y-%m-%dT%H:%M}"
     response = httpx.get(f"{collector.url}/api/v1/heatmap", params={"range": key}, timeout=30)
     assert response.status_code == 200, response.text

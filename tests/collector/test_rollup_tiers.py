@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import numpy as np
 import psycopg
@@ -11,46 +10,14 @@ import pytest
 
 from gpuscope.collector import query
 from gpuscope.collector.query.cells import Splits, cells_query, rollup_splits
-from gpuscope.collector.store import rollups
-
-T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
-HOURS = 3
+from tests.collector.three_hours import HOURS, T0, roll_up, sample_three_hours
 
 
 @pytest.fixture
 def conn(dsn: str):  # type: ignore[no-untyped-def]
     with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(
-            "CREATE TABLE gpu_sample_p20261101 PARTITION OF gpu_sample"
-            " FOR VALUES FROM ('2026-11-01 00:00+00') TO ('2026-11-02 00:00+00')"
-        )
-        connection.execute("INSERT INTO node (cluster, name, rack) VALUES ('c', 'n1', 'r1')")
-        for index in range(2):
-            connection.execute(
-                "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id) VALUES (1, %s, %s, 'H100', 'x')",
-                (index, f"GPU-{index}"),
-            )
-        # Every 20 s for three hours; utilisation varies within each hour, one GPU skips some samples.
-        connection.execute(
-            "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct, power_w)"
-            " SELECT %s + s * interval '1 second', g, true, (s / 20) %% 97, 300 + g"
-            " FROM generate_series(0, %s - 20, 20) AS s, generate_series(1, 2) AS g WHERE g = 1 OR s %% 140 <> 0",
-            (T0, HOURS * 3600),
-        )
+        sample_three_hours(connection)
         yield connection
-
-
-def roll_up(dsn: str, now: datetime) -> None:
-    async def run() -> None:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await conn.execute(
-                "INSERT INTO rollup_dirty_minute SELECT DISTINCT date_bin('1 minute', ts, 'epoch') FROM gpu_sample"
-                " ON CONFLICT DO NOTHING"
-            )
-            while await rollups.roll_up(conn, now):
-                pass
-
-    asyncio.run(run())
 
 
 def cells(conn: psycopg.Connection, bucket_s: int, splits: Splits | None) -> dict:
