@@ -46,6 +46,21 @@ def dashboard_over_collector(
 
 
 @contextlib.contextmanager
+def dashboard_over_incident(postgres: Any, collector_url: str | None = None) -> Iterator[str]:
+    """For browser tests: the dashboard over a fresh database holding incident_cluster.py (the shipped
+    rules evaluated by the real engine); `collector_url` set, every alert gets its "Silence this" button."""
+    from tests.dashboard import incident_cluster
+
+    require_tool("chromium")
+    require_tool("chromedriver")
+    dsn = new_database(postgres)
+    incident_cluster.load(dsn)
+    settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", collector_url=collector_url, refresh_ms=60_000)
+    with running_dashboard(settings) as url:
+        yield url
+
+
+@contextlib.contextmanager
 def serving(options: DashboardOptions | None = None, users: dict[str, str] | None = None) -> Iterator[str]:
     """The dashboard's base URL, served as `gpuscope dashboard` serves it. Its database is a port where
     nothing listens: these requests never reach it, and no database has to be made for them."""

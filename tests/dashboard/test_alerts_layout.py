@@ -11,10 +11,7 @@ import pytest
 
 from gpuscope.bench.browser import console_errors, open_page, screenshot, wait_until
 from gpuscope.core.embedded_pg import EmbeddedPostgres
-from gpuscope.dashboard_process import DashboardSettings
-from tests.conftest import new_database, require_tool
-from tests.dashboard import incident_cluster as cluster
-from tests.dashboard.helpers import running_dashboard
+from tests.dashboard.helpers import dashboard_over_incident
 
 # Each cell's text at most two lines (the page's font: 14 px, line height 1.55), plus the cell's padding.
 TWO_LINES_PX = 2 * 14 * 1.55 + 12
@@ -35,14 +32,9 @@ return {
 
 @pytest.fixture(scope="module")
 def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
-    require_tool("chromium")
-    require_tool("chromedriver")
-    dsn = new_database(postgres)
-    cluster.load(dsn)
     # Silences go through a collector: with its address set, every alert gets its "Silence this" button
     # (nothing here is clicked, so none need answer).
-    settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", collector_url="http://127.0.0.1:9", refresh_ms=60_000)
-    with running_dashboard(settings) as url:
+    with dashboard_over_incident(postgres, collector_url="http://127.0.0.1:9") as url:
         yield url
 
 

@@ -13,20 +13,13 @@ import pytest
 
 from gpuscope.bench.browser import console_errors, open_page, screenshot, wait_until
 from gpuscope.core.embedded_pg import EmbeddedPostgres
-from gpuscope.dashboard_process import DashboardSettings
-from tests.conftest import new_database, require_tool
 from tests.dashboard import incident_cluster as cluster
-from tests.dashboard.helpers import running_dashboard
+from tests.dashboard.helpers import dashboard_over_incident
 
 
 @pytest.fixture(scope="module")
 def dashboard(postgres: EmbeddedPostgres) -> Iterator[str]:
-    require_tool("chromium")
-    require_tool("chromedriver")
-    dsn = new_database(postgres)
-    cluster.load(dsn)
-    settings = DashboardSettings(db=dsn, listen="127.0.0.1:0", refresh_ms=60_000)
-    with running_dashboard(settings) as url:
+    with dashboard_over_incident(postgres) as url:
         yield url
 
 
