@@ -3,9 +3,9 @@
 
 PYTHON ?= python3
 # Test processes (pytest-xdist); 0 runs the suite in this one. Two take 9-10 min on 2 cores against
-# 16.5, but under that load two timing-bound tests still fail at times (the demo's links test once its
-# staged straggler ends; the ingest fuzz's coverage): one process until they hold.
-TEST_WORKERS ?= 0
+# 16.5: most tests wait on a server, a database or a browser. Each file's tests stay in one process
+# (tests/conftest.py), so a module's fixtures are built once and its later tests see its earlier ones.
+TEST_WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed

@@ -4,7 +4,6 @@ Rows stored must equal rows produced, with no duplicates."""
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,6 +57,11 @@ def sent(nodes: list[NodeExporter]) -> list[int]:
     return [node.pusher.stats.snapshots_sent if node.pusher else 0 for node in nodes]
 
 
+def failures(nodes: list[NodeExporter]) -> int:
+    """Pushes that failed so far, all nodes together."""
+    return sum(node.pusher.stats.failures for node in nodes if node.pusher)
+
+
 def run_through(fault, dsn: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     tokens = token_file(tmp_path / "token", TOKEN)
     port = free_port()
@@ -65,13 +69,19 @@ def run_through(fault, dsn: str, tmp_path: Path) -> None:  # type: ignore[no-unt
     nodes = exporters(port, tmp_path / "spool")
     for node in nodes:
         node.start()
+
+    def pushes_fail() -> None:
+        """The fault lasts until the exporters feel it: pushes fail, and batches pile up meanwhile."""
+        before = failures(nodes)
+        eventually(lambda: failures(nodes) > before, timeout=15, what="a push to fail under the fault")
+
     try:
         eventually(lambda: all(sent(nodes)), timeout=15, what="every exporter to push before the fault")
-        collector = fault(collector, lambda: start_collector(dsn, port, tokens))
+        collector = fault(collector, lambda: start_collector(dsn, port, tokens), pushes_fail)
         after_fault = sent(nodes)
 
         def recovered() -> bool:
-            assert sum(node.pusher.stats.failures for node in nodes if node.pusher) > 0, "the fault is felt"
+            assert failures(nodes) > 0, "the fault is felt"
             return all(now > then for now, then in zip(sent(nodes), after_fault, strict=True))
 
         eventually(recovered, timeout=20, what="every exporter to push again after the fault")
@@ -82,24 +92,24 @@ def run_through(fault, dsn: str, tmp_path: Path) -> None:  # type: ignore[no-unt
         collector.wait(30)
     produced = sum(node.sampler.cycles for node in nodes) * GPUS
     assert produced > 0
-    assert sum(node.pusher.stats.failures for node in nodes if node.pusher) > 0, "the fault must have been felt"
+    assert failures(nodes) > 0, "the fault must have been felt"
     assert stored_rows(dsn) == (produced, produced), "every produced row stored exactly once"
 
 
 def test_collector_killed_mid_ingest(private_postgres: EmbeddedPostgres, tmp_path: Path) -> None:
-    def kill_and_restart(collector, restart):  # type: ignore[no-untyped-def]
+    def kill_and_restart(collector, restart, pushes_fail):  # type: ignore[no-untyped-def]
         collector.send_signal(signal.SIGKILL)  # no shutdown of any kind: in-flight requests die with it
         collector.wait(10)
-        time.sleep(1.0)  # the scenario: the collector stays away a while, pushes fail and batches pile up
+        pushes_fail()  # the scenario: the collector stays away a while, pushes fail and batches pile up
         return restart()
 
     run_through(kill_and_restart, private_postgres.dsn, tmp_path)
 
 
 def test_postgres_restarted_mid_ingest(private_postgres: EmbeddedPostgres, tmp_path: Path) -> None:
-    def restart_database(collector, _restart):  # type: ignore[no-untyped-def]
+    def restart_database(collector, _restart, pushes_fail):  # type: ignore[no-untyped-def]
         private_postgres.stop()
-        time.sleep(1.0)  # the scenario: the database stays down a while under the pushing exporters
+        pushes_fail()  # the scenario: the database stays down a while under the pushing exporters
         private_postgres.start()
         return collector
 

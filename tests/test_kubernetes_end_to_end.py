@@ -100,7 +100,7 @@ def test_pods_starting_and_ending_are_allocations_exact_to_one_interval(
     started = time.time()
     kubelet.set_pods(holders)
     eventually(lambda: len(_allocations(collector.dsn)) == 4, what="four allocations", timeout=20)
-    time.sleep(1.5)
+    time.sleep(1.5)  # the pods hold their GPUs a while: the allocations' spans are checked against it
     ended = time.time()
     kubelet.set_pods(holders[1:])
     eventually(lambda: sum(a[7] is not None for a in _allocations(collector.dsn)) == 2, what="two ended", timeout=20)

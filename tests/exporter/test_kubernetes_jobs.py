@@ -174,7 +174,8 @@ def test_a_slow_kubelet_never_delays_a_sampling_cycle(fake_kubelet: FakeKubelet)
     try:
         eventually(lambda: set(sampler.sample_once().jobs or {}) == {0, 1}, what="the pod attributed", timeout=5)
         fake_kubelet.set_delay(3.0, "List")  # every call now hangs until its deadline
-        time.sleep(0.3)  # the listener is inside a slow call
+        asked = len(fake_kubelet.calls("List"))
+        eventually(lambda: len(fake_kubelet.calls("List")) > asked, what="the listener inside a slow call", timeout=5)
         cycles = []
         for _ in range(10):
             started = time.perf_counter()

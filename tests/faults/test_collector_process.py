@@ -38,7 +38,7 @@ def test_collector_frozen_and_thawed(collector: Collector) -> None:
     feeder = Feeder(collector.url).start()
     eventually(lambda: feeder.acked_batches >= 20, what="batches acknowledged before the fault", timeout=20)
     collector.signal(signal.SIGSTOP)
-    time.sleep(3.0)
+    time.sleep(3.0)  # the scenario is time passing: frozen a while, requests pile up unanswered
     collector.signal(signal.SIGCONT)
     thawed = feeder.acked_batches
     eventually(lambda: feeder.acked_batches >= thawed + 20, what="batches acknowledged after SIGCONT", timeout=20)
@@ -67,7 +67,7 @@ def test_sigterm_while_the_database_is_hung(collector: Collector) -> None:
 
 def test_sigterm_while_the_database_is_restarting(collector: Collector) -> None:
     os.kill(collector.postmaster_pid(), signal.SIGKILL)
-    time.sleep(0.3)
+    time.sleep(0.3)  # the scenario: SIGTERM comes while the supervisor is restarting the server, not before
     took = collector.stop(timeout=STOP_S + 5)
     assert took <= STOP_S, f"SIGTERM took {took:.1f} s"
     eventually(lambda: not postgres_pids(collector.data_dir / "pgdata"), what="no server left behind", timeout=10)

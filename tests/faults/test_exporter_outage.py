@@ -66,7 +66,7 @@ def test_exporter_killed_during_an_outage_loses_only_the_last_moment(collector: 
         assert collector.process is not None
         collector.process.wait(10)
         outage = time.time()
-        time.sleep(3.0)
+        time.sleep(3.0)  # the scenario is time passing: an outage of a few seconds, spooled meanwhile
         exporter.send_signal(signal.SIGKILL)
         exporter.wait(10)
         killed = time.time()

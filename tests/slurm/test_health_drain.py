@@ -12,10 +12,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import yaml
 
@@ -25,13 +27,16 @@ from gpuscope.exporter.sampler import Sampler
 from gpuscope.exporter.sources.nvml import NvmlSource
 from gpuscope.exporter.testing.fake_nvml import h100_node, make_fake_pynvml
 from gpuscope.exporter.wire import Origin
+from gpuscope.health.loop import LOCK_KEY
 from tests.collector.helpers import push_binary
 from tests.conftest import new_database
 from tests.processes import RunningCollector, running_collector
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.conftest import ClusterFactory
+from tests.waiting import eventually
 
 PUSH_EVERY_S = 0.5
+MORE_CYCLES = timedelta(seconds=1.5)  # a few more of the loop's cycles (every_s 0.5) over the same evidence
 
 
 class Exporter:
@@ -103,13 +108,28 @@ def health(collector: RunningCollector, node: str) -> dict[str, Any]:
 
 
 def wait(check: Any, what: str, timeout: float = 45.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    return eventually(check, what=what, timeout=timeout, interval=0.3)
+
+
+def loop_goes_on(collector: RunningCollector, span: timedelta = MORE_CYCLES) -> None:
+    """Wait until the health loop has gone on cycling for `span` from now: the window in which something
+    must NOT happen is the loop's work, not the clock's (a loaded machine cycles less often)."""
+    with psycopg.connect(collector.dsn) as conn:
+        row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    until: datetime = row[0] + span
+    wait(lambda: (last := loop_active_at(collector)) is not None and last >= until, f"{span} more of the health loop")
+
+
+def loop_active_at(collector: RunningCollector) -> datetime | None:
+    """When the health loop's connection (the one holding its leader lock) last began or ended a query."""
+    with psycopg.connect(collector.dsn) as conn:
+        row = conn.execute(
+            "SELECT a.state_change FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+            " WHERE l.locktype = 'advisory' AND l.granted AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
+            (LOCK_KEY,),
+        ).fetchone()
+    return row[0] if row else None
 
 
 def test_an_xid_79_drains_the_node_in_slurm_and_it_returns_after_validation(stack: Any) -> None:
@@ -149,7 +169,7 @@ def test_with_the_limit_reached_nothing_is_drained_and_the_node_says_why(stack: 
     exporter.nvml.raise_xid(exporter.gpus[1], 79)
     sick = wait(lambda: (n := health(collector, cluster.node)).get("state") == "unhealthy" and n, "the verdict")
     assert sick["reason"].startswith("drain refused: 0 node(s) already out of service by gpuscope, the policy allows 0")
-    time.sleep(1.5)  # a few more cycles: still nothing
+    loop_goes_on(collector)  # a few more cycles: still nothing
     assert "DRAIN" not in cluster.node_info()["State"]
     actions = httpx.get(f"{collector.url}/api/v1/health/actions", params={"minutes": 10}, timeout=10).json()
     assert [a["action"] for a in actions] == ["refused"]
@@ -165,5 +185,5 @@ def test_a_node_resumed_by_an_operator_stays_in_service(stack: Any) -> None:
     back = wait(lambda: (n := health(collector, cluster.node)).get("state") == "healthy" and n, "gpuscope to see it")
     moves = httpx.get(f"{collector.url}/api/v1/health/transitions", params={"minutes": 10}, timeout=10).json()
     assert (moves[0]["to"], moves[0]["actor"]) == ("healthy", "human") and "by an operator" in moves[0]["reason"]
-    time.sleep(1.5)  # more cycles over the same evidence
+    loop_goes_on(collector)  # more cycles over the same evidence
     assert "DRAIN" not in cluster.node_info()["State"] and back["state"] == "healthy"
