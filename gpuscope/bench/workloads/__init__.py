@@ -22,8 +22,11 @@ Held out until the detector was frozen (`NEW_FAMILIES`), each written by a hand 
 - `elastic`: elastic restarts: the job stops, restarts from a checkpoint, sometimes on fewer nodes.
 
 The shared measurement layer (how a step becomes NVML/DCGM samples and InfiniBand counters) lives in
-`_engine`; the GPU's electrical model (clocks, power limit, thermal limit) in `_gpu`; each family's
-step model in its own module (`_dp` holds the data-parallel step that four families build on).
+`_engine` (`_regimes` for a step that changes while the job runs); the GPU's electrical model (clocks,
+power limit, thermal limit) in `_gpu`; each family's step model in its own module (`_dp` holds the
+data-parallel step that the data-parallel families build on). What the families draw and inject alike is
+written once: seeds, job length, fault windows and fleet decoys in `_common`, how a fault enters a step
+and its ground-truth record in `_faults`, checkpoints in `_pauses`.
 
 Conventions: sample `i` is taken at `times[i] = (i + 1) * sample_s`; counters and the DCGM profiling
 gauges cover `(times[i] - sample_s, times[i]]`; `step_s[i]` is the mean step (iteration) time of the

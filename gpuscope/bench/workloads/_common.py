@@ -11,6 +11,7 @@ import numpy as np
 
 from gpuscope.bench.workloads import TARGET_SLOWDOWNS
 from gpuscope.bench.workloads._engine import calibrate
+from gpuscope.bench.workloads._gpu import Fleet
 
 BLOCK = 16  # every 16 consecutive seeds: 4 clean, 3 faulty at each target slowdown
 
@@ -92,3 +93,24 @@ def _at(
     x: float,
 ) -> float:
     return slowdown_of(kind, where, x, mode)
+
+
+def fleet_decoys(rng: np.random.Generator, fleet: Fleet) -> list[str]:
+    """Oddities of a healthy fleet, each on 30% of jobs: a die a little slower at the same clock (its peers
+    wait on it, no fault) and a GPU in a poorly ventilated slot that runs hotter without throttling."""
+    decoys = []
+    if rng.random() < 0.3:
+        fleet.het[int(rng.integers(fleet.ranks))] *= rng.uniform(1.015, 1.03)
+        decoys.append("slow_die")
+    if rng.random() < 0.3:
+        fleet.r_th[int(rng.integers(fleet.ranks))] *= 1.2
+        decoys.append("hot_slot")
+    return decoys
+
+
+def noisy_port(rng: np.random.Generator, waits: np.ndarray, chance: float = 0.3) -> list[str]:
+    """Now and then one port under an oversubscribed uplink: its baseline credit wait 8-15% (in place)."""
+    if rng.random() < chance:
+        waits[int(rng.integers(len(waits)))] = rng.uniform(0.08, 0.15)
+        return ["noisy_port"]
+    return []

@@ -39,24 +39,27 @@ from gpuscope.bench.workloads._common import (
     design,
     draw_duration,
     draw_window,
+    fleet_decoys,
     log_uniform_int,
+    noisy_port,
     pick_fault,
     rng_for,
 )
-from gpuscope.bench.workloads._engine import Fault, Job, Pause, StepPlan, mix, onehot, plan, render, sample_grid
-from gpuscope.bench.workloads._gpu import (
-    COMPUTE,
-    IDLE,
-    SPIN,
-    XFER,
-    Electrical,
-    Fleet,
-    draw_fleet,
-    electrical,
+from gpuscope.bench.workloads._engine import (
+    Job,
+    Pause,
+    StepPlan,
+    draw_measurement,
+    mix,
+    onehot,
+    plan,
+    render,
+    sample_grid,
 )
+from gpuscope.bench.workloads._faults import ElectricalOf, Inputs, StepModel, nic_modes, rank_fault, record
+from gpuscope.bench.workloads._gpu import COMPUTE, IDLE, SPIN, XFER, Electrical, Fleet, draw_fleet, electrical
 
 N_MC = 96
-DOWNTRAINED = (0.5, 0.25)  # NDR 400 trained at HDR 200, or at 1x width: 100 Gb/s
 
 
 @dataclass
@@ -183,19 +186,38 @@ def draw_dp(
     nodes = log_uniform_int(rng, *nodes_range)
     gpn = 8 if (rails or rng.random() < 0.85) else 4
     fleet = draw_fleet(rng, nodes, gpn)
-    decoys: list[str] = []
-    R = nodes * gpn
-    if rng.random() < 0.3:  # a die that is a little slower at the same clock: waits on it, no fault
-        fleet.het[int(rng.integers(R))] *= rng.uniform(1.015, 1.03)
-        decoys.append("slow_die")
-    if rng.random() < 0.3:  # a GPU in a poorly ventilated slot runs hotter without throttling
-        fleet.r_th[int(rng.integers(R))] *= 1.2
-        decoys.append("hot_slot")
-    port_node, port_gpu = ports_of(nodes, gpn, rails)
-    P = len(port_node)
+    decoys = fleet_decoys(rng, fleet)
     k = int(rng.integers(k_range[0], k_range[1] + 1))
+    ring = draw_ring(rng, nodes, gpn, rails, c0_range)
+    decoys += noisy_port(rng, ring.wait_base)
+    dp = ring_dp(rng, ring, nodes, gpn, k=k, wait_act=wait_act, rails=rails)
+    return dp, fleet, decoys
+
+
+@dataclass
+class Ring:
+    """A drawn gradient ring: compute per micro-step at the top clock, link rate, bandwidth efficiency,
+    hop latency, the gradient bytes that make a clean transfer rho x the compute, each port's baseline
+    credit wait."""
+
+    c0: float
+    link: float
+    eta: float
+    hop: float
+    grad_bytes: float
+    wait_base: np.ndarray
+
+
+def draw_ring(
+    rng: np.random.Generator,
+    nodes: int,
+    gpn: int,
+    rails: bool,
+    c0_range: tuple[float, float],
+    rho_range: tuple[float, float] = (0.05, 0.6),
+) -> Ring:
     c0 = float(np.exp(rng.uniform(np.log(c0_range[0]), np.log(c0_range[1]))))
-    rho = rng.uniform(0.05, 0.6)  # clean comm time / compute time of one micro-step
+    rho = rng.uniform(*rho_range)  # clean comm time / compute time of one micro-step
     link = 400.0 if rng.random() < 0.7 else 200.0
     eta = rng.uniform(0.7, 0.9)
     hop = rng.uniform(5e-6, 2e-5)
@@ -203,57 +225,66 @@ def draw_dp(
     bw_time = max(rho * c0 - 2 * (nodes - 1) * hop, 0.2 * rho * c0)
     B = bw_time * link * 1e9 / 8 * eta
     grad_bytes = B * n_rails * nodes / (2 * (nodes - 1))
-    wait_base = rng.uniform(0.002, 0.03, P)
-    if rng.random() < 0.3:
-        wait_base[int(rng.integers(P))] = rng.uniform(0.08, 0.15)  # under an oversubscribed uplink
-        decoys.append("noisy_port")
-    dp = DP(
+    return Ring(c0, link, float(eta), float(hop), grad_bytes, rng.uniform(0.002, 0.03, nodes * n_rails))
+
+
+def ring_dp(
+    rng: np.random.Generator,
+    ring: Ring,
+    nodes: int,
+    gpn: int,
+    *,
+    k: int,
+    wait_act: int,
+    rails: bool,
+    beta_max: float = 0.6,
+) -> DP:
+    """The data-parallel step model on a drawn ring, its host gaps, jitter and overlap drawn."""
+    R = nodes * gpn
+    port_node, port_gpu = ports_of(nodes, gpn, rails)
+    return DP(
         nodes=nodes,
         gpn=gpn,
         k=k,
         wait_act=wait_act,
         rails=rails,
-        c0=c0,
-        h0=c0 * rng.uniform(0.0, 0.02) * rng.uniform(0.5, 1.5, R),
+        c0=ring.c0,
+        h0=ring.c0 * rng.uniform(0.0, 0.02) * rng.uniform(0.5, 1.5, R),
         sigma=float(rng.uniform(0.01, 0.05)),
-        grad_bytes=grad_bytes,
-        rate_gbps=np.full(P, link),
-        eta=eta,
-        hop_s=hop,
-        beta=float(rng.uniform(0.0, 0.6)),
+        grad_bytes=ring.grad_bytes,
+        rate_gbps=np.full(len(port_node), ring.link),
+        eta=ring.eta,
+        hop_s=ring.hop,
+        beta=float(rng.uniform(0.0, beta_max)),
         lam=float(rng.uniform(0.05, 0.25)),
-        wait_base=wait_base,
+        wait_base=ring.wait_base,
         z=_centred(rng.standard_normal((N_MC, R))),
         port_node=port_node,
         port_gpu=port_gpu,
     )
-    return dp, fleet, decoys
 
 
 def fault_state(
     dp: DP, fleet: Fleet, kind: str, where: tuple[int, ...], x: float, mode: str
 ) -> tuple[StepPlan, Electrical]:
     """The step and electrical state with the fault `kind` at `where` and intensity x."""
-    if kind in ("thermal", "power_cap"):
-        node, gpu = where
-        elec = electrical(fleet, kind, node * dp.gpn + gpu, x)
-        return step(dp, elec, fleet), elec
-    elec = electrical(fleet)
-    if kind == "slow_host":
-        (node,) = where[:1]
-        extra = np.zeros(dp.ranks)
-        clean_s = step(dp, elec, fleet).S
-        u = np.random.default_rng([node, int(dp.c0 * 1e6)]).uniform(0.7, 1.0, dp.gpn)
-        u[np.argmax(u)] = 1.0
-        extra[node * dp.gpn : (node + 1) * dp.gpn] = x * 2.0 * clean_s / dp.k * u
-        return step(dp, elec, fleet, host_extra=extra), elec
-    port = where[1]
-    eff = np.ones(len(dp.port_node))
-    if mode == "downtrained":
-        eff[port] = x
-        return step(dp, elec, fleet, port_eff=eff, downtrained=port), elec
-    eff[port] = 1.0 - x * 0.9
-    return step(dp, elec, fleet, port_eff=eff, congested=port), elec
+    return fault_step(dp, fleet, rank_fault(kind, where, x, mode, step_model(dp, fleet)), where, mode)
+
+
+def step_model(dp: DP, fleet: Fleet, electrical_of: ElectricalOf | None = None) -> StepModel:
+    """The data-parallel step as rank_fault sees it: a slow host's gap comes before each of k micro-steps."""
+    return StepModel(
+        fleet, len(dp.port_node), lambda elec: step(dp, elec, fleet).S, int(dp.c0 * 1e6), dp.k, electrical_of
+    )
+
+
+def fault_step(dp: DP, fleet: Fleet, f: Inputs, where: tuple[int, ...], mode: str) -> tuple[StepPlan, Electrical]:
+    """The step with a fault's inputs: a slowed port's ring predecessor waits for credits (a link trained
+    lower) or the port itself does (congested)."""
+    port = where[1] if f.tx is not None else None
+    downtrained = port if mode == "downtrained" else None
+    congested = port if mode != "downtrained" else None
+    return step(dp, f.elec, fleet, f.host_extra, f.tx, downtrained, congested), f.elec
 
 
 def build(
@@ -279,27 +310,18 @@ def build(
     ex = extras(rng, dp, clean.S, duration) if extras is not None else Extras(pauses=[_init(rng, dp.ranks)])
     decoys += ex.decoys
 
-    job = Job(
-        family=family,
-        seed=seed,
-        rng=rng,
-        nodes=dp.nodes,
-        gpus_per_node=dp.gpn,
-        sample_s=sample_s,
-        duration_s=duration,
-        fleet=fleet,
-        port_node=dp.port_node,
-        port_gpu=dp.port_gpu,
-        rate_gbps=dp.rate_gbps,
-        clean=clean,
-        elec_clean=elec_clean,
+    job = dp_job(
+        family,
+        seed,
+        rng,
+        dp,
+        fleet,
+        sample_s,
+        duration,
+        clean,
+        elec_clean,
         pauses=ex.pauses,
-        drift_amp=float(rng.uniform(0.005, 0.02)),
         ramp=ex.ramp,
-        noise=float(rng.uniform(0.01, 0.05)),
-        drop_rate=float(rng.uniform(0.002, 0.02)),
-        util_window_s=float(rng.choice([1 / 6, 1.0])),
-        power_window_s=1.0 if fleet.kind.name.startswith("H100") else float(rng.choice([0.1, 1.0])),
         decoys=decoys,
         params={
             "gpu": fleet.kind.name,
@@ -324,7 +346,7 @@ def build(
         def slowdown_of(kind: str, where: tuple[int, ...], x: float, mode: str) -> float:
             return fault_state(dp, fleet, kind, where, x, mode)[0].S / clean.S - 1
 
-        choice = pick_fault(rng, target, w, locate, slowdown_of, fault_modes(rng))
+        choice = pick_fault(rng, target, w, locate, slowdown_of, nic_modes(rng))
         attach_fault(
             job,
             dp,
@@ -338,17 +360,44 @@ def build(
     return render(job)
 
 
-def fault_modes(rng: np.random.Generator) -> Callable[[str], list[tuple[str, list[float] | None]]]:
-    """The ways a fault kind can happen, in the order pick_fault tries them: a slow NIC is a link trained
-    at a lower rate (discrete settings) or a congested port (any intensity), in random order."""
-
-    def modes(kind: str) -> list[tuple[str, list[float] | None]]:
-        if kind == "slow_nic":
-            m: list[tuple[str, list[float] | None]] = [("downtrained", list(DOWNTRAINED)), ("congested", None)]
-            return m if rng.random() < 0.5 else m[::-1]
-        return [("", None)]
-
-    return modes
+def dp_job(
+    family: str,
+    seed: int,
+    rng: np.random.Generator,
+    dp: DP,
+    fleet: Fleet,
+    sample_s: float,
+    duration: float,
+    clean: StepPlan,
+    elec_clean: Electrical,
+    *,
+    pauses: list[Pause] | None = None,
+    ramp: tuple[float, float, float] | None = None,
+    decoys: list[str] | None = None,
+    params: dict[str, object] | None = None,
+) -> Job:
+    """A data-parallel job on its step model's nodes and ports, with its measurement drawn."""
+    job = Job(
+        family=family,
+        seed=seed,
+        rng=rng,
+        nodes=dp.nodes,
+        gpus_per_node=dp.gpn,
+        sample_s=sample_s,
+        duration_s=duration,
+        fleet=fleet,
+        port_node=dp.port_node,
+        port_gpu=dp.port_gpu,
+        rate_gbps=dp.rate_gbps,
+        clean=clean,
+        elec_clean=elec_clean,
+        pauses=pauses if pauses is not None else [],
+        ramp=ramp,
+        decoys=decoys if decoys is not None else [],
+        params=params if params is not None else {},
+    )
+    draw_measurement(job)
+    return job
 
 
 def attach_any_fault(
@@ -359,21 +408,28 @@ def attach_any_fault(
     duration: float,
     clean_step_s: float,
     fault_state: Callable[..., tuple[StepPlan, Electrical]],
-) -> None:
-    """A fault of any kind, equally likely, on a random GPU, node or port of a model with one port per
-    node (`nodes`, `gpn`): the choice families other than data parallel make the same way."""
+    *,
+    weights: dict[str, float] | None = None,
+    pick_node: Callable[[], int] | None = None,
+    localisable: Callable[[Choice], bool] | None = None,
+) -> Choice:
+    """A fault of any kind in `weights` (default: the four rank faults, equally likely) on a random GPU,
+    node (`pick_node`, default any) or port of a model with one port per node (`nodes`, `gpn`): the choice
+    families other than plain data parallel make the same way."""
     rng = job.rng
 
     def locate(kind: str) -> tuple[int, ...]:
-        node = int(rng.integers(model.nodes))
+        node = pick_node() if pick_node is not None else int(rng.integers(model.nodes))
         return (node, node) if kind == "slow_nic" else (node, int(rng.integers(model.gpn)))
 
     def slowdown_of(kind: str, where: tuple[int, ...], x: float, mode: str) -> float:
         return fault_state(model, fleet, kind, where, x, mode)[0].S / clean_step_s - 1
 
-    weights = {"thermal": 1.0, "power_cap": 1.0, "slow_nic": 1.0, "slow_host": 1.0}
-    choice = pick_fault(rng, target, weights, locate, slowdown_of, fault_modes(rng))
-    attach_fault(job, model, fleet, choice, target, duration, 600.0, fault_state=fault_state)
+    w = weights or {"thermal": 1.0, "power_cap": 1.0, "slow_nic": 1.0, "slow_host": 1.0}
+    choice = pick_fault(rng, target, w, locate, slowdown_of, nic_modes(rng))
+    ok = localisable(choice) if localisable is not None else True
+    attach_fault(job, model, fleet, choice, target, duration, 600.0, localisable=ok, fault_state=fault_state)
+    return choice
 
 
 def attach_fault(
@@ -392,40 +448,18 @@ def attach_fault(
     rng = job.rng
     state = fault_state or globals()["fault_state"]
     faulty, elec = state(dp, fleet, choice.kind, choice.where, choice.x, choice.mode)
-    onset, end = draw_window(rng, duration, earliest)
-    node = choice.where[0]
-    gpu = choice.where[1] if choice.kind in ("thermal", "power_cap") else None
-    port = choice.where[1] if choice.kind == "slow_nic" else None
+    window = draw_window(rng, duration, earliest)
     detail = elec.detail
-    rate_factor = 1.0
     if choice.kind == "slow_nic":
+        rate = dp.rate_gbps[choice.where[1]]
         if choice.mode == "downtrained":
-            rate_factor = choice.x
-            detail = f"link trained at {dp.rate_gbps[port] * choice.x:.0f} Gb/s instead of {dp.rate_gbps[port]:.0f}"
+            detail = f"link trained at {rate * choice.x:.0f} Gb/s instead of {rate:.0f}"
         else:
             detail = f"congested port, {1 - choice.x * 0.9:.0%} of its throughput"
     elif choice.kind == "slow_host":
         detail = "host starves its GPUs between steps (input pipeline, CPU contention)"
-    thermal_c = np.nan
-    if choice.kind == "thermal":
-        r = node * dp.gpn + (gpu or 0)
-        base = 86.0 if elec.hw_duty[r] == 0 else 91.0
-        thermal_c = base + float(rng.uniform(-2, 2))
     job.faulty, job.elec_fault = faulty, elec
-    job.fault = Fault(
-        kind=choice.kind,
-        node=node,
-        gpu=gpu,
-        port=port,
-        onset_s=onset,
-        end_s=end,
-        target=target,
-        localisable=localisable,
-        detail=detail,
-        rate_factor=rate_factor,
-        ramp_s=float(rng.uniform(60, 300)),
-        thermal_c=thermal_c,
-    )
+    job.fault = record(rng, choice, dp.gpn, elec, window, target, detail, localisable)
 
 
 def _init(rng: np.random.Generator, ranks: int) -> Pause:

@@ -22,16 +22,19 @@ How each metric is measured, which is where telemetry stops being a clean averag
   the step at different phases; the collector files the sample under the interval's time anyway.
 Measurement noise is multiplicative on gauges, samples drop per node (exporter missed a scrape, GPUs and
 NICs of the node together) and now and then per field.
+
+`render` measures one clean and one faulty step over the whole job; `render_steps`, the same measurement,
+a sequence of regimes each with its own steps (see `_regimes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuscope.bench.workloads import GPU_KEYS, Case, GroundTruth
+from gpuscope.bench.workloads import GPU_KEYS, PORT_KEYS, Case, GroundTruth
 from gpuscope.bench.workloads._gpu import (
     COMPUTE,
     DEEP,
@@ -171,24 +174,36 @@ class Job:
     fleet_fault: Fleet | None = None
 
 
+def draw_measurement(job: Job, drift: tuple[float, float] = (0.005, 0.02), power_window_s: float | None = None) -> None:
+    """Draw, in this order, the job's slow drift of its step time, its measurement noise, its rate of
+    missed scrapes and NVML's utilisation and power windows (None: H100s report a 1 s power average,
+    other GPUs 0.1 s or 1 s)."""
+    rng = job.rng
+    job.drift_amp = float(rng.uniform(*drift))
+    job.noise = float(rng.uniform(0.01, 0.05))
+    job.drop_rate = float(rng.uniform(0.002, 0.02))
+    job.util_window_s = float(rng.choice([1 / 6, 1.0]))
+    if power_window_s is None:
+        power_window_s = 1.0 if job.fleet.kind.name.startswith("H100") else float(rng.choice([0.1, 1.0]))
+    job.power_window_s = power_window_s
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the clock
 
 
-def sample_grid(rng: np.random.Generator, ranks: int, duration_s: float) -> float:
-    """A scrape interval, lengthened for big jobs so a case stays within MAX_RANK_SAMPLES."""
-    i = int(rng.integers(len(SAMPLE_CHOICES)))
-    while i < len(SAMPLE_CHOICES) - 1 and ranks * duration_s / SAMPLE_CHOICES[i] > MAX_RANK_SAMPLES:
+def sample_grid(
+    rng: np.random.Generator, ranks: int, duration_s: float, choices: tuple[float, ...] = SAMPLE_CHOICES
+) -> float:
+    """A scrape interval among `choices`, lengthened for big jobs so a case stays within MAX_RANK_SAMPLES."""
+    i = int(rng.integers(len(choices)))
+    while i < len(choices) - 1 and ranks * duration_s / choices[i] > MAX_RANK_SAMPLES:
         i += 1
-    return SAMPLE_CHOICES[i]
+    return choices[i]
 
 
 def _overlap(a0: np.ndarray, a1: np.ndarray, b0: float, b1: float) -> np.ndarray:
     return np.clip(np.minimum(a1, b1) - np.maximum(a0, b0), 0.0, None)
-
-
-def _step_times(p: StepPlan, drift: np.ndarray, ramp: np.ndarray, q: np.ndarray) -> np.ndarray:
-    return ((p.S - p.fixed) * drift * ramp + p.fixed) / np.maximum(1.0 - q, 1e-6)
 
 
 class _Timeline:
@@ -256,21 +271,193 @@ def _add_draw(out: np.ndarray, weight: np.ndarray, comp: np.ndarray, rng: np.ran
     np.add.at(out, (act, rows, cols), weight[rows, cols])
 
 
+# ---------------------------------------------------------------------------------------------------------
+# rendering
+
+
+@dataclass
+class Regime:
+    """A stretch of the job with its own step: from `start` (a multiple of the sample interval; the first
+    regime starts at 0) to the next regime's start. `render` gives the whole job one regime."""
+
+    start: float
+    clean: StepPlan
+    faulty: StepPlan | None = None  # the step while the job's fault is on, where it overlaps this regime
+
+
+def render(job: Job) -> Case:
+    """The job's telemetry with one clean and one faulty step (job.clean, job.faulty) for its whole length."""
+    return render_steps(job, [Regime(0.0, job.clean, job.faulty)], clip_sent=False)
+
+
+def render_steps(job: Job, regimes: list[Regime], phase_jitter: float = 0.0, clip_sent: bool = True) -> Case:
+    """Render `job` with the step of each regime in turn (its own clean/faulty plans are not read here).
+    phase_jitter: the per-step relative spread of step times, which makes the phase of the step at each
+    read wander (a random walk in the step count, sd phase_jitter * sqrt(steps)) instead of strobing at a
+    fixed one. clip_sent: an interval's bytes are never negative (stalls that remove traffic, as moe_fsdp's
+    router states can, otherwise take bytes off the counter: the single-step families keep that)."""
+    rng = job.rng
+    dt = job.sample_s
+    T = int(job.duration_s // dt)
+    times = dt * (1.0 + np.arange(T))
+    edges = np.concatenate([[0.0], times])
+    nodes, gpn = job.nodes, job.gpus_per_node
+    nor = np.repeat(np.arange(nodes), gpn)  # node of rank
+    mids = times - dt / 2
+    starts = np.array([r.start for r in regimes])
+    reg = np.clip(np.searchsorted(starts, mids, side="right") - 1, 0, len(regimes) - 1)
+    job.pauses = [Pause(-1e9, 0.0, onehot(DEEP), name="before the job"), *job.pauses]
+    tl, step_s, clean_step_s, faults = _pace(job, regimes, reg, edges, phase_jitter)
+
+    # each node's exporter reads at its own offset inside the interval
+    offset = rng.uniform(0.0, min(dt, 1.0) * 0.9, nodes)
+    tau = np.clip(times[None, :] - offset[:, None] - rng.uniform(0, 0.02, (nodes, T)), 1e-3, None)
+    fault_on = np.zeros((nodes, T), dtype=bool)
+    f = job.fault
+    if f is not None:
+        fault_on = (tau >= f.onset_s) & (tau < f.end_s)
+    groups = _groups(regimes, reg)
+    gpu, p_mean = _gpu_readings(job, groups, tl, tau, fault_on[nor], nor)
+    temp = _temperature(job, p_mean, tau)
+    gpu = _gauge_noise(job, *gpu)
+    ports = _port_readings(job, groups, tl, tau, fault_on, clip_sent)
+    telemetry = as_telemetry((*gpu, temp), ports)
+    _drop(job, telemetry, nor, job.port_node, T)
+    return Case(
+        family=job.family,
+        seed=job.seed,
+        nodes=nodes,
+        gpus_per_node=gpn,
+        sample_s=dt,
+        duration_s=job.duration_s,
+        times=times,
+        telemetry=telemetry,
+        port_node=job.port_node.copy(),
+        port_gpu=job.port_gpu.copy(),
+        faults=faults,
+        step_s=step_s,
+        clean_step_s=clean_step_s,
+        decoys=list(job.decoys),
+        params=dict(job.params),
+    )
+
+
+def as_telemetry(gpu: Sequence[np.ndarray], ports: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """Readings under their keys, GPU_KEYS then PORT_KEYS (the order samples are dropped in)."""
+    return dict(zip((*GPU_KEYS, *PORT_KEYS), (*gpu, *ports), strict=True))
+
+
+def _pace(
+    job: Job, regimes: list[Regime], reg: np.ndarray, edges: np.ndarray, phase_jitter: float
+) -> tuple[_Timeline, np.ndarray, np.ndarray, list[GroundTruth]]:
+    """How the job steps: its timeline n(t), the step time per interval (with and without the fault) and
+    the fault's ground truth."""
+    rng = job.rng
+    dt = job.sample_s
+    T = len(reg)
+    mids = edges[1:] - dt / 2
+    stop = np.zeros(T)  # share of each interval where the job does not step
+    stall = np.zeros(T)  # share where it is stuck inside a step (all ranks)
+    for p in job.pauses:
+        ov = _overlap(edges[:-1], edges[1:], p.start, p.end) / dt
+        if p.stall:
+            stall += ov * p.share
+        else:
+            stop += ov
+    stop, stall = np.clip(stop, 0, 1), np.clip(stall, 0, 0.999)
+    stall = np.minimum(stall, np.maximum(1.0 - stop - 1e-3, 0.0))
+
+    phase = rng.uniform(0, 2 * np.pi, 2)
+    drift = (
+        1.0
+        + job.drift_amp * np.sin(2 * np.pi * mids / rng.uniform(1800, 7200) + phase[0])
+        + 0.4 * job.drift_amp * np.sin(2 * np.pi * mids / rng.uniform(300, 900) + phase[1])
+    )
+    ramp = np.ones(T)
+    if job.ramp is not None:
+        r0, extra, tau_r = job.ramp
+        ramp = 1.0 + extra * np.exp(-np.clip(mids - r0, 0, None) / tau_r)
+
+    def step_times(plans: list[StepPlan]) -> np.ndarray:
+        S = np.array([p.S for p in plans])[reg]
+        fixed = np.array([p.fixed for p in plans])[reg]
+        return ((S - fixed) * drift * ramp + fixed) / np.maximum(1.0 - stall, 1e-6)
+
+    s_clean = step_times([r.clean for r in regimes])
+    f = job.fault
+    cover = np.zeros(T)
+    s_fault = s_clean
+    if f is not None:
+        cover = _overlap(edges[:-1], edges[1:], f.onset_s, f.end_s) / dt
+        s_fault = step_times([r.faulty or r.clean for r in regimes])
+    run = dt * np.clip(1.0 - stop, 0.0, 1.0)  # seconds of the interval the job is in steps (stalls included)
+    steps = run * ((1.0 - cover) / s_clean + cover / s_fault)
+    paused = (stop >= 0.5) | (stall >= 0.5)  # mostly not stepping: no meaningful step time
+    with np.errstate(invalid="ignore", divide="ignore"):
+        step_s = np.where(paused | (steps <= 0), np.nan, run / np.where(steps > 0, steps, 1.0))
+    clean_step_s = np.where(paused, np.nan, s_clean)
+    rate = np.where(run > 0, steps / np.maximum(run, 1e-12), 0.0)
+    tl = _Timeline(edges, rate, job.pauses)
+    if phase_jitter > 0:
+        dn = np.diff(tl.n)
+        walk = dn + phase_jitter * np.sqrt(dn) * rng.standard_normal(len(dn))
+        tl.n = np.concatenate([[0.0], np.cumsum(np.clip(walk, 0.05 * dn, None))])
+
+    faults: list[GroundTruth] = []
+    if f is not None:
+        w = cover * (1.0 - stop)
+        true = float(np.sum(w * s_fault / s_clean) / np.sum(w) - 1.0) if w.sum() > 0 else 0.0
+        faults.append(
+            GroundTruth(
+                kind=f.kind,
+                node=f.node,
+                gpu=f.gpu,
+                port=f.port,
+                onset_s=f.onset_s,
+                end_s=f.end_s,
+                true_slowdown=true,
+                target_slowdown=f.target,
+                localisable=f.localisable,
+                detail=f.detail,
+            )
+        )
+    return tl, step_s, clean_step_s, faults
+
+
+def _groups(regimes: list[Regime], reg: np.ndarray) -> list[tuple[Regime, np.ndarray]]:
+    """Columns per distinct (clean, faulty) plan pair: regimes sharing plans are measured in one pass."""
+    keyed: dict[tuple[int, int], tuple[Regime, list[np.ndarray]]] = {}
+    for k in np.unique(reg):
+        r = regimes[int(k)]
+        key = (id(r.clean), id(r.faulty))
+        keyed.setdefault(key, (r, []))[1].append(np.nonzero(reg == k)[0])
+    return [(r, np.concatenate(cols)) for r, cols in keyed.values()]
+
+
 def _windowed(
-    job: Job, tl: _Timeline, tau: np.ndarray, window_s: float, fault_on: np.ndarray, nor: np.ndarray
+    job: Job,
+    groups: list[tuple[Regime, np.ndarray]],
+    tl: _Timeline,
+    tau: np.ndarray,
+    window_s: float,
+    on_rank: np.ndarray,
+    nor: np.ndarray,
 ) -> np.ndarray:
-    """Composition of each window: the training part (scaled by its share) plus pauses and stalls."""
+    """(A, R, T): composition of each window, the training part from its regime's step (scaled by its
+    share) plus pauses and stalls."""
     rng = job.rng
     t0 = tau - window_s
     n_end = tl(tau)[nor]
     n_start = tl(t0)[nor]
-    train = _segment_comp(job.clean, n_end, n_start, window_s, rng)
-    if job.faulty is not None:
-        on = fault_on[nor]
-        cols = np.nonzero(on.any(axis=0))[0]
-        if len(cols):
-            fc = _segment_comp(job.faulty, n_end[:, cols], n_start[:, cols], window_s, rng)
-            train[:, :, cols] = np.where(on[None, :, cols], fc, train[:, :, cols])
+    train = np.zeros((N_ACT, *n_end.shape))
+    for r, cols in groups:
+        train[:, :, cols] = _segment_comp(r.clean, n_end[:, cols], n_start[:, cols], window_s, rng)
+        if r.faulty is None:
+            continue
+        fcols = cols[on_rank[:, cols].any(axis=0)]
+        if len(fcols):
+            fc = _segment_comp(r.faulty, n_end[:, fcols], n_start[:, fcols], window_s, rng)
+            train[:, :, fcols] = np.where(on_rank[None, :, fcols], fc, train[:, :, fcols])
     share = np.ones(tau.shape)
     extra = np.zeros_like(train)
     ranks = job.fleet.ranks
@@ -292,118 +479,40 @@ def _windowed(
     return train * share[None] + extra
 
 
-# ---------------------------------------------------------------------------------------------------------
-# rendering
-
-
-def render(job: Job) -> Case:
+def _gpu_readings(
+    job: Job,
+    groups: list[tuple[Regime, np.ndarray]],
+    tl: _Timeline,
+    tau: np.ndarray,
+    on_rank: np.ndarray,
+    nor: np.ndarray,
+) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """(tensor, sm, util, power, clock, reasons) as each is measured, before noise, and each interval's
+    mean power (what heats the die)."""
     rng = job.rng
-    dt = job.sample_s
-    T = int(job.duration_s // dt)
-    times = dt * (1.0 + np.arange(T))
-    edges = np.concatenate([[0.0], times])
-    nodes, gpn = job.nodes, job.gpus_per_node
-    R = nodes * gpn
-    nor = np.repeat(np.arange(nodes), gpn)  # node of rank
-
-    pauses = [Pause(-1e9, 0.0, onehot(DEEP), name="before the job")]
-    pauses += job.pauses
-    job.pauses = pauses
-    stop = np.zeros(T)  # share of each interval where the job does not step
-    stall = np.zeros(T)  # share where it is stuck inside a step (all ranks)
-    for p in pauses:
-        ov = _overlap(edges[:-1], edges[1:], p.start, p.end) / dt
-        if p.stall:
-            stall += ov * p.share
-        else:
-            stop += ov
-    stop, stall = np.clip(stop, 0, 1), np.clip(stall, 0, 0.999)
-    stall = np.minimum(stall, np.maximum(1.0 - stop - 1e-3, 0.0))
-
-    mids = times - dt / 2
-    phase = rng.uniform(0, 2 * np.pi, 2)
-    drift = (
-        1.0
-        + job.drift_amp * np.sin(2 * np.pi * mids / rng.uniform(1800, 7200) + phase[0])
-        + 0.4 * job.drift_amp * np.sin(2 * np.pi * mids / rng.uniform(300, 900) + phase[1])
-    )
-    ramp = np.ones(T)
-    if job.ramp is not None:
-        r0, extra, tau_r = job.ramp
-        ramp = 1.0 + extra * np.exp(-np.clip(mids - r0, 0, None) / tau_r)
-
-    s_clean = _step_times(job.clean, drift, ramp, stall)
-    cover = np.zeros(T)
-    s_fault = s_clean
+    R, T = on_rank.shape
     f = job.fault
-    if f is not None and job.faulty is not None:
-        cover = _overlap(edges[:-1], edges[1:], f.onset_s, f.end_s) / dt
-        s_fault = _step_times(job.faulty, drift, ramp, stall)
-    run = dt * np.clip(1.0 - stop, 0.0, 1.0)  # seconds of the interval the job is in steps (stalls included)
-    steps = run * ((1.0 - cover) / s_clean + cover / s_fault)
-    paused = (stop >= 0.5) | (stall >= 0.5)  # mostly not stepping: no meaningful step time
-    with np.errstate(invalid="ignore", divide="ignore"):
-        step_s = np.where(paused | (steps <= 0), np.nan, run / np.where(steps > 0, steps, 1.0))
-    clean_step_s = np.where(paused, np.nan, s_clean)
-    rate = np.where(run > 0, steps / np.maximum(run, 1e-12), 0.0)
-    tl = _Timeline(edges, rate, pauses)
-
-    faults: list[GroundTruth] = []
-    if f is not None:
-        w = cover * (1.0 - stop)
-        true = float(np.sum(w * s_fault / s_clean) / np.sum(w) - 1.0) if w.sum() > 0 else 0.0
-        faults.append(
-            GroundTruth(
-                kind=f.kind,
-                node=f.node,
-                gpu=f.gpu,
-                port=f.port,
-                onset_s=f.onset_s,
-                end_s=f.end_s,
-                true_slowdown=true,
-                target_slowdown=f.target,
-                localisable=f.localisable,
-                detail=f.detail,
-            )
-        )
-
-    # each node's exporter reads at its own offset inside the interval
-    offset = rng.uniform(0.0, min(dt, 1.0) * 0.9, nodes)
-    tau = np.clip(times[None, :] - offset[:, None] - rng.uniform(0, 0.02, (nodes, T)), 1e-3, None)
-    fault_on = np.zeros((nodes, T), dtype=bool)
-    if f is not None:
-        fault_on = (tau >= f.onset_s) & (tau < f.end_s)
-    on_rank = fault_on[nor]
-
+    fault_fleet = job.fleet_fault
     util_t, sm_t, tensor_t = value_tables(job.fleet)
+    _, sm_ft, tensor_ft = value_tables(fault_fleet or job.fleet)
     ec, ef = job.elec_clean, job.elec_fault or job.elec_clean
-    noise = job.noise
 
     def by_state(table_c: np.ndarray, table_f: np.ndarray, comp: np.ndarray) -> np.ndarray:
         vc = np.einsum("art,ar->rt", comp, table_c)
-        if f is None or not on_rank.any():
+        if f is None or not on_rank.any() or table_f is table_c:
             return vc
-        vf = np.einsum("art,ar->rt", comp, table_f)
-        return np.where(on_rank, vf, vc)
+        return np.where(on_rank, np.einsum("art,ar->rt", comp, table_f), vc)
 
     # DCGM profiling gauges: whole-interval averages
-    comp = _windowed(job, tl, tau, dt, fault_on, nor)
-    if job.fleet_fault is None:
-        tensor = 100.0 * np.einsum("art,ar->rt", comp, tensor_t)
-        sm = 100.0 * np.einsum("art,ar->rt", comp, sm_t)
-    else:
-        _, sm_f, tensor_f = value_tables(job.fleet_fault)
-        tensor = 100.0 * by_state(tensor_t, tensor_f, comp)
-        sm = 100.0 * by_state(sm_t, sm_f, comp)
+    comp = _windowed(job, groups, tl, tau, job.sample_s, on_rank, nor)
+    tensor = 100.0 * by_state(tensor_t, tensor_ft if fault_fleet is not None else tensor_t, comp)
+    sm = 100.0 * by_state(sm_t, sm_ft if fault_fleet is not None else sm_t, comp)
     p_mean = by_state(ec.p_act, ef.p_act, comp)  # the heat the die sheds over the interval
-    del comp
-    comp = _windowed(job, tl, tau, job.util_window_s, fault_on, nor)
+    comp = _windowed(job, groups, tl, tau, job.util_window_s, on_rank, nor)
     util = 100.0 * np.einsum("art,a->rt", comp, util_t)
-    del comp
-    comp = _windowed(job, tl, tau, job.power_window_s, fault_on, nor)
+    comp = _windowed(job, groups, tl, tau, job.power_window_s, on_rank, nor)
     power = by_state(ec.p_act, ef.p_act, comp)
-    del comp
-    comp = _windowed(job, tl, tau, 0.005, fault_on, nor)
+    comp = _windowed(job, groups, tl, tau, 0.005, on_rank, nor)
     act = np.argmax(comp, axis=0)  # (R, T) activity at the read
     del comp
     ri = np.arange(R)[:, None]
@@ -415,22 +524,33 @@ def render(job: Job) -> Case:
         hw = on_rank & (rng.random((R, T)) < ef.hw_duty[:, None]) & (act != DEEP)
         clock = np.where(hw, ef.f_hw, clock)
         bits = np.where(hw, bits | HW_THERMAL | HW_SLOWDOWN, bits)
-    computing = act == COMPUTE
     capped = (bits & 0x24) != 0
-    clock = clock * np.where(computing & capped, 1.0 + rng.normal(0, 0.012, (R, T)), 1.0)
+    clock = clock * np.where((act == COMPUTE) & capped, 1.0 + rng.normal(0, 0.012, (R, T)), 1.0)
     clock = np.minimum(np.round(clock / 15.0) * 15.0, job.fleet.kind.fmax)  # the clock moves in 15 MHz bins
+    return (tensor, sm, util, power, clock, bits.astype(float)), p_mean
 
-    # temperature: first-order lag of the interval's mean power
-    fl = job.fleet
-    t_eq = fl.t_inlet[:, None] + fl.r_th[:, None] * p_mean
-    a = np.exp(-dt / fl.tau_th)
+
+def thermal_lag(fleet: Fleet, p_mean: np.ndarray, dt: float) -> np.ndarray:
+    """(R, T) die temperature: a first-order lag of each interval's mean power, from an idle die's."""
+    t_eq = fleet.t_inlet[:, None] + fleet.r_th[:, None] * p_mean
+    a = np.exp(-dt / fleet.tau_th)
     temp = np.empty_like(t_eq)
-    cur = fl.t_inlet + fl.r_th * fl.p_deep
-    for i in range(T):
+    cur = fleet.t_inlet + fleet.r_th * fleet.p_deep
+    for i in range(t_eq.shape[1]):
         cur = a * cur + (1 - a) * t_eq[:, i]
         temp[:, i] = cur
+    return temp
+
+
+def _temperature(job: Job, p_mean: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    """Integer degrees: the lag of the mean power, and a thermal fault's die held at its temperature."""
+    rng = job.rng
+    fl = job.fleet
+    temp = thermal_lag(fl, p_mean, job.sample_s)
+    R, T = temp.shape
+    f = job.fault
     if f is not None and f.kind == "thermal" and f.gpu is not None:
-        r = f.node * gpn + f.gpu
+        r = f.node * job.gpus_per_node + f.gpu
         shape = np.zeros(T)
         t = tau[f.node]
         rising = (t >= f.onset_s - f.ramp_s) & (t < f.onset_s)
@@ -441,11 +561,24 @@ def render(job: Job) -> Case:
         shape[after] = np.exp(-(t[after] - f.end_s) / fl.tau_th)
         wobble = np.where(held, rng.normal(0, 0.8, T) + 1.2 * np.sin(t / 7.0), 0.0)
         temp[r] = temp[r] + shape * (f.thermal_c + wobble - temp[r])
-    temp = np.round(temp + rng.normal(0, 0.4, (R, T)))
+    return np.round(temp + rng.normal(0, 0.4, (R, T)))
 
-    # measurement noise
-    offset_p = rng.normal(1.0, 0.015, R)[:, None]
-    power = power * offset_p * (1.0 + rng.normal(0, min(noise, 0.02), (R, T)))  # the board sensor is good to ~2%
+
+def _gauge_noise(
+    job: Job,
+    tensor: np.ndarray,
+    sm: np.ndarray,
+    util: np.ndarray,
+    power: np.ndarray,
+    clock: np.ndarray,
+    bits: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """Measurement noise: multiplicative on the gauges, a per-board power sensor offset."""
+    rng = job.rng
+    R, T = len(power), power.shape[1]
+    noise = job.noise
+    fl = job.fleet
+    power = power * rng.normal(1.0, 0.015, R)[:, None] * (1.0 + rng.normal(0, min(noise, 0.02), (R, T)))  # ~2% sensor
     tensor = tensor * (1.0 + rng.normal(0, noise, (R, T)))
     sm = sm * (1.0 + rng.normal(0, noise, (R, T)))
     u = util / 100.0
@@ -454,38 +587,52 @@ def render(job: Job) -> Case:
     tensor = np.clip(tensor, 0, 100)
     sm = np.clip(np.maximum(sm, tensor), 0, 100)
     power = np.round(np.clip(power, 0.5 * fl.p_deep.min(), 1.04 * fl.kind.limit_w), 2)
+    return tensor, sm, util, power, clock, bits
 
-    # ports
+
+def _progress(p: StepPlan, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes sent and seconds waited by every port after n (P, C) steps of plan p."""
+    fl_n = np.floor(n)
+    fr = n - fl_n
+    sent = np.zeros(n.shape)
+    waited = np.zeros(n.shape)
+    for k in range(p.port_bytes.shape[0]):
+        a0, a1 = p.port_bounds[k, 0][:, None], p.port_bounds[k, 1][:, None]
+        g = fl_n + np.clip((fr - a0) / np.maximum(a1 - a0, 1e-9), 0.0, 1.0)
+        sent += p.port_bytes[k][:, None] * g
+        waited += p.port_wait[k][:, None] * g
+    return sent, waited
+
+
+def _port_readings(
+    job: Job,
+    groups: list[tuple[Regime, np.ndarray]],
+    tl: _Timeline,
+    tau: np.ndarray,
+    fault_on: np.ndarray,
+    clip_sent: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(xmit_bytes, xmit_wait, rate_gbps) of every port, read with its node's GPUs."""
+    rng = job.rng
     pn = job.port_node
-    P = len(pn)
+    P, T = len(pn), tau.shape[1]
     tau_p = tau[pn]
     on_p = fault_on[pn]
-    n_now = tl(tau_p)
     prev_tau = np.concatenate([np.zeros((P, 1)), tau_p[:, :-1]], axis=1)
-    n_prev = tl(prev_tau)
-
-    def progress(p: StepPlan, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        fl_n = np.floor(n)
-        fr = n - fl_n
-        sent = np.zeros(n.shape)
-        waited = np.zeros(n.shape)
-        for k in range(p.port_bytes.shape[0]):
-            a0, a1 = p.port_bounds[k, 0][:, None], p.port_bounds[k, 1][:, None]
-            span = np.maximum(a1 - a0, 1e-9)
-            g = fl_n + np.clip((fr - a0) / span, 0.0, 1.0)
-            sent += p.port_bytes[k][:, None] * g
-            waited += p.port_wait[k][:, None] * g
-        return sent, waited
-
-    b1, w1 = progress(job.clean, n_now)
-    b0, w0 = progress(job.clean, n_prev)
-    d_bytes, d_wait = b1 - b0, w1 - w0
-    if job.faulty is not None and on_p.any():
-        fb1, fw1 = progress(job.faulty, n_now)
-        fb0, fw0 = progress(job.faulty, n_prev)
-        d_bytes = np.where(on_p, fb1 - fb0, d_bytes)
-        d_wait = np.where(on_p, fw1 - fw0, d_wait)
-    for p in pauses:
+    n_now, n_prev = tl(tau_p), tl(prev_tau)
+    d_bytes = np.zeros((P, T))
+    d_wait = np.zeros((P, T))
+    for rg, cols in groups:
+        b1, w1 = _progress(rg.clean, n_now[:, cols])
+        b0, w0 = _progress(rg.clean, n_prev[:, cols])
+        d_bytes[:, cols], d_wait[:, cols] = b1 - b0, w1 - w0
+        if rg.faulty is not None and on_p[:, cols].any():
+            fb1, fw1 = _progress(rg.faulty, n_now[:, cols])
+            fb0, fw0 = _progress(rg.faulty, n_prev[:, cols])
+            on = on_p[:, cols]
+            d_bytes[:, cols] = np.where(on, fb1 - fb0, d_bytes[:, cols])
+            d_wait[:, cols] = np.where(on, fw1 - fw0, d_wait[:, cols])
+    for p in job.pauses:
         if p.port_bytes_s is None and p.port_wait_s is None:
             continue
         ov = _overlap(prev_tau, tau_p, p.start, p.end)
@@ -493,45 +640,23 @@ def render(job: Job) -> Case:
             d_bytes += ov * p.port_bytes_s[:, None]
         if p.port_wait_s is not None:
             d_wait += ov * p.port_wait_s[:, None]
-    gap = tau_p - prev_tau
-    d_bytes += gap * job.background_bytes_s * np.exp(rng.normal(0, 0.3, (P, T)))
+    d_bytes += (tau_p - prev_tau) * job.background_bytes_s * np.exp(rng.normal(0, 0.3, (P, T)))
     d_wait = np.maximum(d_wait, 0.0) * WAIT_TICK_HZ
-    xmit_bytes = np.floor(rng.uniform(1e12, 5e14, P)[:, None] + np.cumsum(d_bytes, axis=1))
-    xmit_wait = np.floor(rng.uniform(1e9, 1e12, P)[:, None] + np.cumsum(np.round(d_wait), axis=1))
+    xmit_bytes, xmit_wait = port_counters(rng, np.maximum(d_bytes, 0.0) if clip_sent else d_bytes, d_wait)
     rate_gbps = np.repeat(job.rate_gbps[:, None].astype(float), T, axis=1)
+    f = job.fault
     if f is not None and f.port is not None and f.rate_factor != 1.0:
         rate_gbps[f.port] = np.where(on_p[f.port], job.rate_gbps[f.port] * f.rate_factor, rate_gbps[f.port])
+    return xmit_bytes, xmit_wait, rate_gbps
 
-    telemetry = {
-        "tensor_active_pct": tensor,
-        "sm_active_pct": sm,
-        "util_pct": util,
-        "power_w": power,
-        "sm_clock_mhz": clock,
-        "clock_event_reasons": bits.astype(float),
-        "temp_c": temp,
-        "xmit_bytes": xmit_bytes,
-        "xmit_wait": xmit_wait,
-        "rate_gbps": rate_gbps,
-    }
-    _drop(job, telemetry, nor, pn, T)
-    return Case(
-        family=job.family,
-        seed=job.seed,
-        nodes=nodes,
-        gpus_per_node=gpn,
-        sample_s=dt,
-        duration_s=job.duration_s,
-        times=times,
-        telemetry=telemetry,
-        port_node=pn.copy(),
-        port_gpu=job.port_gpu.copy(),
-        faults=faults,
-        step_s=step_s,
-        clean_step_s=clean_step_s,
-        decoys=list(job.decoys),
-        params=dict(job.params),
-    )
+
+def port_counters(rng: np.random.Generator, sent: np.ndarray, wait_ticks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative xmit_bytes and xmit_wait (P, T) from each interval's bytes and credit-wait ticks, from
+    what every port had counted before the job."""
+    P = len(sent)
+    xmit_bytes = np.floor(rng.uniform(1e12, 5e14, P)[:, None] + np.cumsum(sent, axis=1))
+    xmit_wait = np.floor(rng.uniform(1e9, 1e12, P)[:, None] + np.cumsum(np.round(wait_ticks), axis=1))
+    return xmit_bytes, xmit_wait
 
 
 def _drop(job: Job, tel: dict[str, np.ndarray], nor: np.ndarray, pn: np.ndarray, T: int) -> None:

@@ -1,4 +1,4 @@
-"""What the held-out families neighbour, nvlink and elastic share: a 5-30 s scrape interval, and a GPU
+"""What the held-out families share: a 5-30 s scrape interval, and (neighbour, nvlink, elastic) a GPU
 that is slower at normal clocks (gpu_degraded).
 
 gpu_degraded. HBM trouble (a pending row remap, ECC retries, a stack running hot enough to stretch its
@@ -16,8 +16,7 @@ import dataclasses
 
 import numpy as np
 
-from gpuscope.bench.workloads import _engine
-from gpuscope.bench.workloads._engine import StepPlan
+from gpuscope.bench.workloads._engine import StepPlan, sample_grid
 from gpuscope.bench.workloads._gpu import COMPUTE, LIGHT, Electrical, Fleet, electrical
 
 SCRAPE_S = (5.0, 10.0, 15.0, 20.0, 30.0)
@@ -26,10 +25,7 @@ DEGRADED_MAX = 2.0  # at x = 1 the GPU's kernels take 1 + 2 = 3x as long
 
 def scrape_interval(rng: np.random.Generator, ranks: int, duration_s: float) -> float:
     """A 5-30 s scrape interval, lengthened for big jobs so a case stays within MAX_RANK_SAMPLES."""
-    i = int(rng.integers(len(SCRAPE_S)))
-    while i < len(SCRAPE_S) - 1 and ranks * duration_s / SCRAPE_S[i] > _engine.MAX_RANK_SAMPLES:
-        i += 1
-    return SCRAPE_S[i]
+    return sample_grid(rng, ranks, duration_s, SCRAPE_S)
 
 
 def degraded_factor(x: float) -> float:

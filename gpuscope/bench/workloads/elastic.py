@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscope.bench.workloads import GPU_KEYS, PORT_KEYS, Case
-from gpuscope.bench.workloads._common import design, draw_duration, pick_fault, rng_for
-from gpuscope.bench.workloads._dp import DP, _init, attach_fault, draw_dp, fault_modes, step
+from gpuscope.bench.workloads._common import design, draw_duration, rng_for
+from gpuscope.bench.workloads._dp import DP, _init, attach_any_fault, dp_job, draw_dp, step
 from gpuscope.bench.workloads._dp import fault_state as dp_fault_state
-from gpuscope.bench.workloads._engine import Job, Pause, StepPlan, mix, onehot, render
+from gpuscope.bench.workloads._engine import Pause, StepPlan, mix, onehot, render
 from gpuscope.bench.workloads._gpu import COMPUTE, DEEP, GPU_IDLE_BIT, SPIN, Electrical, Fleet, electrical
 from gpuscope.bench.workloads._held_out import (
     degraded_electrical,
@@ -48,6 +48,7 @@ from gpuscope.bench.workloads._held_out import (
     scrape_interval,
     stall_compute,
 )
+from gpuscope.bench.workloads._pauses import shard_write, snapshot
 
 FAMILY = "elastic"
 BACKGROUND_BYTES_S = 2e5  # what an idle port still sends (subnet management, monitoring)
@@ -138,9 +139,7 @@ def _checkpoints(
         if not any(r.t - 60 < t + snap + write and t < r.warm_end for r in restarts):
             sent = np.full(dp.nodes, rng.uniform(1e9, 4e9))
             waits = np.full(dp.nodes, rng.uniform(0.05, 0.3))
-            pauses.append(Pause(t, t + snap, mix(light=0.8, idle=0.2), grain=0.5, name="checkpoint snapshot"))
-            idle = mix(deep_idle=0.9, idle=0.1)
-            pauses.append(Pause(t + snap, t + snap + write, idle, 2.0, "checkpoint write", False, 1.0, sent, waits))
+            pauses += [snapshot(t, t + snap), shard_write(t + snap, t + snap + write, sent, waits)]
             ends.append(t + snap + write)
         t += period
     return pauses, ends
@@ -225,26 +224,17 @@ def generate(seed: int) -> Case:
         decoys.append(f"node_removed_{removal.mode}")
         if removal.end < duration:
             decoys.append("node_rejoined")
-    job = Job(
-        family=FAMILY,
-        seed=seed,
-        rng=rng,
-        nodes=dp.nodes,
-        gpus_per_node=dp.gpn,
-        sample_s=sample_s,
-        duration_s=duration,
-        fleet=fleet,
-        port_node=dp.port_node,
-        port_gpu=dp.port_gpu,
-        rate_gbps=dp.rate_gbps,
-        clean=clean,
-        elec_clean=elec,
+    job = dp_job(
+        FAMILY,
+        seed,
+        rng,
+        dp,
+        fleet,
+        sample_s,
+        duration,
+        clean,
+        elec,
         pauses=[init, *restart_pauses, *ckpts],
-        drift_amp=float(rng.uniform(0.005, 0.02)),
-        noise=float(rng.uniform(0.01, 0.05)),
-        drop_rate=float(rng.uniform(0.002, 0.02)),
-        util_window_s=float(rng.choice([1 / 6, 1.0])),
-        power_window_s=1.0 if fleet.kind.name.startswith("H100") else float(rng.choice([0.1, 1.0])),
         decoys=decoys,
         params={
             "gpu": fleet.kind.name,
@@ -263,20 +253,20 @@ def generate(seed: int) -> Case:
     if target is not None:
         survivors = [n for n in range(dp.nodes) if removal is None or n != removal.node]
 
-        def locate(kind: str) -> tuple[int, ...]:
-            node = int(rng.choice(survivors))
-            return (node, node) if kind == "slow_nic" else (node, int(rng.integers(dp.gpn)))
-
-        def slowdown_of(kind: str, where: tuple[int, ...], x: float, mode: str) -> float:
-            return fault_state(dp, fleet, kind, where, x, mode)[0].S / clean.S - 1
-
         weights = {"thermal": 1.0, "power_cap": 1.0, "slow_nic": 1.0, "slow_host": 1.0, "gpu_degraded": 1.0}
-        choice = pick_fault(rng, target, weights, locate, slowdown_of, fault_modes(rng))
-        attach_fault(job, dp, fleet, choice, target, duration, 600.0, fault_state=fault_state)
+        attach_any_fault(
+            job,
+            dp,
+            fleet,
+            target,
+            duration,
+            clean.S,
+            fault_state,
+            weights=weights,
+            pick_node=lambda: int(rng.choice(survivors)),
+        )
         f = job.fault
         assert f is not None
-        if choice.kind == "gpu_degraded":
-            f.gpu = choice.where[1]
         after = [r.resume for r in restarts if r.resume >= 570 and r.resume + 570 < duration]
         if after and rng.random() < 0.35:  # the fault shows up a few minutes after a restart
             f.onset_s = float(rng.choice(after)) + float(rng.uniform(30, 330))

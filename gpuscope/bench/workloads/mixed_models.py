@@ -42,25 +42,35 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpuscope.bench.workloads import Case, _engine
-from gpuscope.bench.workloads._common import Choice, design, draw_duration, log_uniform_int, pick_fault, rng_for
-from gpuscope.bench.workloads._dp import DP, _centred, _init, attach_fault, fault_modes, ports_of, step
+from gpuscope.bench.workloads import Case
+from gpuscope.bench.workloads._common import (
+    design,
+    draw_duration,
+    fleet_decoys,
+    log_uniform_int,
+    noisy_port,
+    rng_for,
+)
+from gpuscope.bench.workloads._dp import (
+    DP,
+    _init,
+    attach_any_fault,
+    dp_job,
+    draw_ring,
+    fault_step,
+    ring_dp,
+    step,
+    step_model,
+)
 from gpuscope.bench.workloads._engine import Job, StepPlan, render
+from gpuscope.bench.workloads._faults import rank_fault
 from gpuscope.bench.workloads._gpu import COMPUTE, H100, IDLE, SPIN, SW_POWER_CAP, Electrical, Fleet
 from gpuscope.bench.workloads._gpu_models import H100_PCIE, H200, MixedFleet, capped, electrical_mixed, mixed_fleet
+from gpuscope.bench.workloads._held_out import scrape_interval
 
 FAMILY = "mixed_models"
-SAMPLE_CHOICES = (5.0, 10.0, 15.0, 20.0, 30.0)
 DELTA_MAX = 8.0  # gpu_degraded at full intensity: memory-bound kernels 9x slower
 STALL_POWER = 0.3  # dynamic power of SMs stalled on memory, as a share of computing ones'
-N_MC = 96
-
-
-def sample_interval(rng: np.random.Generator, ranks: int, duration_s: float) -> float:
-    i = int(rng.integers(len(SAMPLE_CHOICES)))
-    while i < len(SAMPLE_CHOICES) - 1 and ranks * duration_s / SAMPLE_CHOICES[i] > _engine.MAX_RANK_SAMPLES:
-        i += 1
-    return SAMPLE_CHOICES[i]
 
 
 def draw(rng: np.random.Generator) -> tuple[DP, MixedFleet, list[str]]:
@@ -74,46 +84,12 @@ def draw(rng: np.random.Generator) -> tuple[DP, MixedFleet, list[str]]:
     mem_gain = {H100.name: 1.0, H200.name: float(rng.uniform(1.1, 1.4)), H100_PCIE.name: float(rng.uniform(0.6, 0.75))}
     mf = mixed_fleet(rng, node_kind, kinds, gpn, mem_gain, alpha=float(rng.uniform(0.55, 0.85)))
     fleet = mf.fleet
-    R = nodes * gpn
     decoys = ["mixed_gpu_models", "faster_model_waits"]
-    if rng.random() < 0.3:  # a die a little slower at the same clock
-        fleet.het[int(rng.integers(R))] *= rng.uniform(1.015, 1.03)
-        decoys.append("slow_die")
-    if rng.random() < 0.3:  # a GPU in a poorly ventilated slot runs hotter without throttling
-        fleet.r_th[int(rng.integers(R))] *= 1.2
-        decoys.append("hot_slot")
-    port_node, port_gpu = ports_of(nodes, gpn, False)
-    c0 = float(np.exp(rng.uniform(np.log(0.25), np.log(4.0))))
-    rho = rng.uniform(0.05, 0.6)  # clean comm time / compute time of one step
-    link = 400.0 if rng.random() < 0.7 else 200.0
-    eta = float(rng.uniform(0.7, 0.9))
-    hop = float(rng.uniform(5e-6, 2e-5))
-    bw_time = max(rho * c0 - 2 * (nodes - 1) * hop, 0.2 * rho * c0)
-    B = bw_time * link * 1e9 / 8 * eta
-    wait_base = rng.uniform(0.002, 0.03, nodes)
-    if rng.random() < 0.3:
-        wait_base[int(rng.integers(nodes))] = rng.uniform(0.08, 0.15)  # under an oversubscribed uplink
-        decoys.append("noisy_port")
-    dp = DP(
-        nodes=nodes,
-        gpn=gpn,
-        k=1,
-        wait_act=SPIN if rng.random() < 0.5 else IDLE,
-        rails=False,
-        c0=c0,
-        h0=c0 * rng.uniform(0.0, 0.02) * rng.uniform(0.5, 1.5, R),
-        sigma=float(rng.uniform(0.01, 0.05)),
-        grad_bytes=B * nodes / (2 * (nodes - 1)),
-        rate_gbps=np.full(nodes, link),
-        eta=eta,
-        hop_s=hop,
-        beta=float(rng.uniform(0.0, 0.6)),
-        lam=float(rng.uniform(0.05, 0.25)),
-        wait_base=wait_base,
-        z=_centred(rng.standard_normal((N_MC, R))),
-        port_node=port_node,
-        port_gpu=port_gpu,
-    )
+    decoys += fleet_decoys(rng, fleet)
+    ring = draw_ring(rng, nodes, gpn, False, (0.25, 4.0))
+    decoys += noisy_port(rng, ring.wait_base)
+    wait_act = SPIN if rng.random() < 0.5 else IDLE
+    dp = ring_dp(rng, ring, nodes, gpn, k=1, wait_act=wait_act, rails=False)
     return dp, mf, decoys
 
 
@@ -158,27 +134,15 @@ def degraded(mf: MixedFleet, rank: int, x: float) -> tuple[Electrical, Fleet]:
 def fault_state(
     dp: DP, mf: MixedFleet, kind: str, where: tuple[int, ...], x: float, mode: str
 ) -> tuple[StepPlan, Electrical]:
-    fleet = mf.fleet
-    node = where[0]
-    if kind in ("thermal", "power_cap", "gpu_degraded"):
-        rank = node * dp.gpn + where[1]
-        elec = degraded(mf, rank, x)[0] if kind == "gpu_degraded" else electrical_mixed(mf, kind, rank, x)
-        return step(dp, elec, fleet), elec
-    elec = electrical_mixed(mf)
-    if kind == "slow_host":  # the node's GPUs wait for their inputs before computing, some more than others
-        clean_s = step(dp, elec, fleet).S
-        u = np.random.default_rng([node, int(dp.c0 * 1e6)]).uniform(0.7, 1.0, dp.gpn)
-        u[np.argmax(u)] = 1.0
-        extra = np.zeros(dp.ranks)
-        extra[node * dp.gpn : (node + 1) * dp.gpn] = x * 2.0 * clean_s * u
-        return step(dp, elec, fleet, host_extra=extra), elec
-    port = where[1]
-    eff = np.ones(dp.nodes)
-    if mode == "downtrained":
-        eff[port] = x
-        return step(dp, elec, fleet, port_eff=eff, downtrained=port), elec
-    eff[port] = 1.0 - 0.9 * x
-    return step(dp, elec, fleet, port_eff=eff, congested=port), elec
+    """The data-parallel step's fault states, on the mixed fleet's electrical model (and its memory stalls)."""
+
+    def electrical_of(kind: str | None, rank: int | None, x: float) -> Electrical:
+        if kind == "gpu_degraded" and rank is not None:
+            return degraded(mf, rank, x)[0]
+        return electrical_mixed(mf, kind, rank, x)
+
+    f = rank_fault(kind, where, x, mode, step_model(dp, mf.fleet, electrical_of))
+    return fault_step(dp, mf.fleet, f, where, mode)
 
 
 def generate(seed: int) -> Case:
@@ -187,33 +151,24 @@ def generate(seed: int) -> Case:
     dp, mf, decoys = draw(rng)
     fleet = mf.fleet
     duration = draw_duration(rng)
-    sample_s = sample_interval(rng, dp.ranks, duration)
+    sample_s = scrape_interval(rng, dp.ranks, duration)
     elec_clean = electrical_mixed(mf)
     clean = step(dp, elec_clean, fleet)
     if capped(elec_clean):
         decoys.append("power_capped_healthy_gpus")
     waits = clean.S - clean.fixed - dp.c0 * fleet.het / elec_clean.speed - dp.h0
     by_model = {kind.name: float(np.mean(waits[mf.ranks_of(k)]) / clean.S) for k, kind in enumerate(mf.kinds)}
-    job = Job(
-        family=FAMILY,
-        seed=seed,
-        rng=rng,
-        nodes=dp.nodes,
-        gpus_per_node=dp.gpn,
-        sample_s=sample_s,
-        duration_s=duration,
-        fleet=fleet,
-        port_node=dp.port_node,
-        port_gpu=dp.port_gpu,
-        rate_gbps=dp.rate_gbps,
-        clean=clean,
-        elec_clean=elec_clean,
+    job = dp_job(
+        FAMILY,
+        seed,
+        rng,
+        dp,
+        fleet,
+        sample_s,
+        duration,
+        clean,
+        elec_clean,
         pauses=[_init(rng, dp.ranks)],
-        drift_amp=float(rng.uniform(0.005, 0.02)),
-        noise=float(rng.uniform(0.01, 0.05)),
-        drop_rate=float(rng.uniform(0.002, 0.02)),
-        util_window_s=float(rng.choice([1 / 6, 1.0])),
-        power_window_s=1.0,
         decoys=decoys,
         params={
             "gpu": "+".join(k.name for k in mf.kinds),
@@ -236,15 +191,9 @@ def generate(seed: int) -> Case:
 def _attach(job: Job, dp: DP, mf: MixedFleet, target: float, duration: float) -> None:
     rng = job.rng
 
-    def locate(kind: str) -> tuple[int, ...]:
+    def pick_node() -> int:
         model = int(rng.integers(len(mf.kinds)))  # either model, whatever their numbers
-        node = int(rng.choice(mf.ranks_of(model)[:: dp.gpn] // dp.gpn))
-        return (node, node) if kind == "slow_nic" else (node, int(rng.integers(dp.gpn)))
-
-    clean_s = job.clean.S
-
-    def slowdown_of(kind: str, where: tuple[int, ...], x: float, mode: str) -> float:
-        return fault_state(dp, mf, kind, where, x, mode)[0].S / clean_s - 1
+        return int(rng.choice(mf.ranks_of(model)[:: dp.gpn] // dp.gpn))
 
     def state(
         dp_: DP, fleet: Fleet, kind: str, where: tuple[int, ...], x: float, mode: str
@@ -253,21 +202,18 @@ def _attach(job: Job, dp: DP, mf: MixedFleet, target: float, duration: float) ->
         return fault_state(dp_, mf, kind, where, x, mode)
 
     weights = {"thermal": 1.0, "power_cap": 1.0, "slow_nic": 1.0, "slow_host": 1.0, "gpu_degraded": 1.0}
-    choice: Choice = pick_fault(rng, target, weights, locate, slowdown_of, fault_modes(rng))
     idle_waits = dp.wait_act == IDLE
-    attach_fault(
+    choice = attach_any_fault(
         job,
         dp,
         mf.fleet,
-        choice,
         target,
         duration,
-        600.0,
-        localisable=not (choice.kind == "slow_host" and idle_waits),
-        fault_state=state,
+        job.clean.S,
+        state,
+        weights=weights,
+        pick_node=pick_node,
+        localisable=lambda c: not (c.kind == "slow_host" and idle_waits),
     )
-    assert job.fault is not None
     if choice.kind == "gpu_degraded":
-        rank = choice.where[0] * dp.gpn + choice.where[1]
-        job.fault.gpu = choice.where[1]
-        job.fleet_fault = degraded(mf, rank, choice.x)[1]
+        job.fleet_fault = degraded(mf, choice.where[0] * dp.gpn + choice.where[1], choice.x)[1]

@@ -48,15 +48,24 @@ port, an exporter outage.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpuscope.bench.workloads import Case
-from gpuscope.bench.workloads._common import design, draw_duration, draw_window, log_uniform_int, pick_fault, rng_for
-from gpuscope.bench.workloads._dp import DOWNTRAINED, _init
-from gpuscope.bench.workloads._engine import Fault, Job, Pause, StepPlan, mix, onehot, plan
+from gpuscope.bench.workloads._common import (
+    design,
+    draw_duration,
+    draw_window,
+    fleet_decoys,
+    log_uniform_int,
+    noisy_port,
+    pick_fault,
+    rng_for,
+)
+from gpuscope.bench.workloads._dp import _init, ports_of
+from gpuscope.bench.workloads._engine import Job, Pause, StepPlan, draw_measurement, mix, onehot, plan
+from gpuscope.bench.workloads._faults import host_gaps, memory_stalls, nic_detail, nic_modes, nic_shares, record
 from gpuscope.bench.workloads._gpu import (
     COMPUTE,
     IDLE,
@@ -305,12 +314,7 @@ def draw(rng: np.random.Generator) -> tuple[Moe, Fleet, list[str]]:
     fleet = draw_fleet(rng, nodes, gpn)
     R = nodes * gpn
     decoys = ["expert_drift"]
-    if rng.random() < 0.3:  # a die a little slower at the same clock
-        fleet.het[int(rng.integers(R))] *= rng.uniform(1.015, 1.03)
-        decoys.append("slow_die")
-    if rng.random() < 0.3:  # a GPU in a poorly ventilated slot runs hotter without throttling
-        fleet.r_th[int(rng.integers(R))] *= 1.2
-        decoys.append("hot_slot")
+    decoys += fleet_decoys(rng, fleet)
     g = int(rng.choice([k for k in range(2, 9) if nodes % k == 0] or [nodes]))
     rails = bool(rng.random() < 0.5)
     rails_n = gpn if rails else 1
@@ -329,9 +333,7 @@ def draw(rng: np.random.Generator) -> tuple[Moe, Fleet, list[str]]:
     t_ar = rho_ar * kappa * c_step / (1 + kappa)
     ar_time = max(t_ar - 2 * (nodes - 1) * hop, 0.2 * t_ar)
     w_ring = rng.uniform(0.002, 0.03, P)
-    if rng.random() < 0.3:  # under an oversubscribed uplink
-        w_ring[int(rng.integers(P))] = rng.uniform(0.08, 0.15)
-        decoys.append("noisy_port")
+    decoys += noisy_port(rng, w_ring)
     zd = rng.standard_normal((N_MC, LAYERS_MODELLED, R))
     m = Moe(
         nodes=nodes,
@@ -459,34 +461,14 @@ def fault_inputs(
         elec = electrical(fleet, kind, rank, x)
         return elec, {}, None, elec.detail
     if kind == "gpu_degraded":
-        rank = where[0] * m.gpn + where[1]
-        slower = 1.0 + 3.0 * x
-        # same kernels, stalled on memory: the same tensor work spread over longer, less switching per second
-        demand, tensor = fleet.demand.copy(), fleet.tensor.copy()
-        demand[rank] *= slower**-0.6
-        tensor[rank] /= slower
-        fault_fleet = dataclasses.replace(fleet, demand=demand, tensor=tensor)
-        deg = np.ones(R)
-        deg[rank] = slower
-        detail = f"memory stalls (HBM row remapping): compute {slower:.2f}x slower at normal clocks"
+        fault_fleet, deg, detail = memory_stalls(fleet, where[0] * m.gpn + where[1], x)
         return electrical(fault_fleet), {"deg": deg}, fault_fleet, detail
     elec = electrical(fleet)
-    if kind == "slow_host":
-        node = where[0]
-        u = np.random.default_rng([node, int(m.e0 * 1e9)]).uniform(0.7, 1.0, m.gpn)
-        u[np.argmax(u)] = 1.0
-        extra = np.zeros(R)
-        extra[node * m.gpn : (node + 1) * m.gpn] = x * 2.0 * clean_s / (4 * m.L) * u  # 4L launch gaps a step
+    if kind == "slow_host":  # 4L launch gaps a step
+        extra = host_gaps(R, m.gpn, where[0], int(m.e0 * 1e9), x, clean_s, 4 * m.L)
         return elec, {"host_extra": extra}, None, "host launches late after every all-to-all sync (CPU contention)"
-    port = where[1]
-    txf, rxf = np.ones(m.ports), np.ones(m.ports)
-    if mode == "downtrained":
-        txf[port] = rxf[port] = x
-        detail = f"link trained at {m.rate_gbps[port] * x:.0f} Gb/s instead of {m.rate_gbps[port]:.0f}"
-    else:
-        txf[port] = 1.0 - 0.9 * x
-        detail = f"credit-stalled port (receiver back-pressure), {txf[port]:.0%} of its egress"
-    return elec, {"txf": txf, "rxf": rxf}, None, detail
+    txf, rxf = nic_shares(m.ports, where[1], x, mode)
+    return elec, {"txf": txf, "rxf": rxf}, None, nic_detail(m.rate_gbps, where[1], x, mode)
 
 
 def _locate(rng: np.random.Generator, m: Moe, lam_w: np.ndarray, kind: str) -> tuple[int, ...]:
@@ -498,13 +480,6 @@ def _locate(rng: np.random.Generator, m: Moe, lam_w: np.ndarray, kind: str) -> t
     if kind == "slow_nic":
         return node, node * m.rails_n + (gpu if m.rails else 0)
     return node, gpu
-
-
-def _modes(rng: np.random.Generator, kind: str) -> list[tuple[str, list[float] | None]]:
-    if kind == "slow_nic":
-        m: list[tuple[str, list[float] | None]] = [("downtrained", list(DOWNTRAINED)), ("congested", None)]
-        return m if rng.random() < 0.5 else m[::-1]
-    return [("", None)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -531,6 +506,7 @@ def generate(seed: int) -> Case:
         decoys.append("checkpoint")
     load = np.clip(lam, LAM_MIN, m.cap).mean(axis=1)  # (K, R)
     clean_plans = plans(m, clean)
+    port_node, port_gpu = ports_of(m.nodes, m.gpn, m.rails)
     job = Job(
         family=FAMILY,
         seed=seed,
@@ -540,17 +516,12 @@ def generate(seed: int) -> Case:
         sample_s=sample_s,
         duration_s=duration,
         fleet=fleet,
-        port_node=np.repeat(np.arange(m.nodes), m.rails_n),
-        port_gpu=np.tile(np.arange(m.rails_n), m.nodes) if m.rails else np.full(m.nodes, -1),
+        port_node=port_node,
+        port_gpu=port_gpu,
         rate_gbps=m.rate_gbps,
         clean=clean_plans[0],
         elec_clean=elec_clean,
         pauses=[init, *ckpts],
-        drift_amp=float(rng.uniform(0.003, 0.01)),
-        noise=float(rng.uniform(0.01, 0.05)),
-        drop_rate=float(rng.uniform(0.002, 0.02)),
-        util_window_s=float(rng.choice([1 / 6, 1.0])),
-        power_window_s=1.0 if fleet.kind.name.startswith("H100") else float(rng.choice([0.1, 1.0])),
         decoys=decoys,
         params={
             "gpu": fleet.kind.name,
@@ -569,6 +540,7 @@ def generate(seed: int) -> Case:
             **drift,
         },
     )
+    draw_measurement(job, drift=(0.003, 0.01))
     fault_fleet = None
     faulty: list[StepPlan | None] = [None] * len(starts)
     if target is not None:
@@ -588,33 +560,16 @@ def generate(seed: int) -> Case:
             {"thermal": 1.0, "power_cap": 1.0, "gpu_degraded": 1.0, "slow_nic": 1.0, "slow_host": 1.0},
             lambda kind: _locate(rng, m, lam_w, kind),
             slowdown_of,
-            lambda kind: _modes(rng, kind),
+            nic_modes(rng),
         )
         elec_f, args, fault_fleet, detail = fault_inputs(
             m, fleet, choice.kind, choice.where, choice.x, choice.mode, clean_s
         )
         for k, p in zip(inside, plans(m, evaluate(m, fleet, elec_f, lam[inside], **args)), strict=True):
             faulty[k] = p
-        node = choice.where[0]
-        is_gpu = choice.kind in ("thermal", "power_cap", "gpu_degraded")
-        thermal_c = np.nan
-        if choice.kind == "thermal":
-            r = node * m.gpn + choice.where[1]
-            thermal_c = (86.0 if elec_f.hw_duty[r] == 0 else 91.0) + float(rng.uniform(-2, 2))
         job.elec_fault = elec_f
-        job.fault = Fault(
-            kind=choice.kind,
-            node=node,
-            gpu=choice.where[1] if is_gpu else None,
-            port=choice.where[1] if choice.kind == "slow_nic" else None,
-            onset_s=onset,
-            end_s=end,
-            target=target,
-            detail=detail,
-            rate_factor=choice.x if choice.mode == "downtrained" else 1.0,
-            ramp_s=float(rng.uniform(60, 300)),
-            thermal_c=thermal_c,
-        )
+        job.fault = record(rng, choice, m.gpn, elec_f, (onset, end), target, detail)
+        node, is_gpu = choice.where[0], job.fault.gpu is not None
         window_load = load[inside].mean(axis=0).reshape(m.nodes, m.gpn)
         if is_gpu or (choice.kind == "slow_nic" and m.rails):
             culprit_load = window_load[node, choice.where[1] % m.gpn]

@@ -61,9 +61,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscope.bench.workloads import Case
-from gpuscope.bench.workloads._common import design, draw_duration, log_uniform_int, rng_for
+from gpuscope.bench.workloads._common import design, draw_duration, fleet_decoys, log_uniform_int, noisy_port, rng_for
 from gpuscope.bench.workloads._dp import _init, attach_any_fault
-from gpuscope.bench.workloads._engine import Job, Pause, StepPlan, mix, onehot, plan, render, sample_grid
+from gpuscope.bench.workloads._engine import (
+    Job,
+    Pause,
+    StepPlan,
+    draw_measurement,
+    mix,
+    onehot,
+    plan,
+    render,
+    sample_grid,
+)
+from gpuscope.bench.workloads._faults import StepModel, rank_fault
 from gpuscope.bench.workloads._gpu import (
     COMPUTE,
     IDLE,
@@ -76,6 +87,7 @@ from gpuscope.bench.workloads._gpu import (
     draw_fleet,
     electrical,
 )
+from gpuscope.bench.workloads._pauses import async_write, shard_write, snapshot
 
 FAMILY = "moe_fsdp"
 N_MC = 96  # draws of the per-layer loads and jitter the expectations are taken over
@@ -244,12 +256,7 @@ def draw(rng: np.random.Generator) -> tuple[Moe, Fleet, list[str]]:
     fleet = draw_fleet(rng, nodes, gpn)
     R = nodes * gpn
     decoys = ["moe_load_imbalance"]
-    if rng.random() < 0.3:  # a die a little slower at the same clock
-        fleet.het[int(rng.integers(R))] *= rng.uniform(1.015, 1.03)
-        decoys.append("slow_die")
-    if rng.random() < 0.3:  # a GPU in a poorly ventilated slot runs hotter without throttling
-        fleet.r_th[int(rng.integers(R))] *= 1.2
-        decoys.append("hot_slot")
+    decoys += fleet_decoys(rng, fleet)
     g = int(rng.choice([k for k in range(2, 9) if nodes % k == 0] or [nodes]))
     L = log_uniform_int(rng, 12, 48)
     kappa = 3.0 if rng.random() < 0.4 else 2.0
@@ -273,9 +280,7 @@ def draw(rng: np.random.Generator) -> tuple[Moe, Fleet, list[str]]:
     ag_bytes = ag_time * rate * eta
     w_a2a = rng.uniform(0.02, 0.1, nodes)
     w_ring = rng.uniform(0.002, 0.03, nodes)
-    if rng.random() < 0.3:  # under an oversubscribed uplink
-        w_ring[int(rng.integers(nodes))] = rng.uniform(0.08, 0.15)
-        decoys.append("noisy_port")
+    decoys += noisy_port(rng, w_ring)
     z = rng.standard_normal((N_MC, nodes // g, g * gpn))
     z = (z - z.mean(axis=2, keepdims=True)).reshape(N_MC, R)
     zd = rng.standard_normal((N_MC, R))
@@ -323,25 +328,10 @@ def fault_state(
 def _fault_state(
     m: Moe, fleet: Fleet, kind: str, where: tuple[int, ...], x: float, mode: str
 ) -> tuple[State, Electrical]:
-    if kind in ("thermal", "power_cap"):
-        node, gpu = where
-        elec = electrical(fleet, kind, node * m.gpn + gpu, x)
-        return state(m, elec, fleet), elec
-    elec = electrical(fleet)
-    node = where[0]
-    if kind == "slow_host":
-        clean_s = state(m, elec, fleet).plan.S
-        u = np.random.default_rng([node, int(m.e0 * 1e9)]).uniform(0.7, 1.0, m.gpn)
-        u[np.argmax(u)] = 1.0
-        extra = np.zeros(m.ranks)
-        extra[node * m.gpn : (node + 1) * m.gpn] = x * 2.0 * clean_s / (4 * m.L) * u  # 4L launch gaps a step
-        return state(m, elec, fleet, host_extra=extra), elec
-    tx, rx = np.ones(m.nodes), np.ones(m.nodes)
-    if mode == "downtrained":
-        tx[node] = rx[node] = x
-    else:
-        tx[node] = 1.0 - 0.9 * x
-    return state(m, elec, fleet, tx=tx, rx=rx), elec
+    # 4L launch gaps a step: the host syncs on the split sizes before each of a layer's four all-to-alls
+    model = StepModel(fleet, m.nodes, lambda elec: state(m, elec, fleet).plan.S, int(m.e0 * 1e9), 4 * m.L)
+    f = rank_fault(kind, where, x, mode, model)
+    return state(m, f.elec, fleet, f.host_extra, f.tx, f.rx), f.elec
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -358,35 +348,16 @@ def _checkpoints(rng: np.random.Generator, m: Moe, first_step: float, duration: 
     t = first_step + period * float(rng.uniform(0.3, 1.0))
     while t < duration - 400:
         snap = float(rng.uniform(2, 10))
-        pauses.append(Pause(t, t + snap, mix(light=0.8, idle=0.2), grain=0.5, name="checkpoint snapshot"))
+        pauses.append(snapshot(t, t + snap))
         if mode == "sharded":
             write = float(rng.uniform(15, 90))
-            pauses.append(
-                Pause(
-                    t + snap,
-                    t + snap + write,
-                    mix(deep_idle=0.85, idle=0.15),
-                    grain=2.0,
-                    name="checkpoint write",
-                    port_bytes_s=np.full(P, rng.uniform(1e9, 4e9)),
-                    port_wait_s=np.full(P, rng.uniform(0.05, 0.3)),
-                )
-            )
+            sent, waits = np.full(P, rng.uniform(1e9, 4e9)), np.full(P, rng.uniform(0.05, 0.3))
+            pauses.append(shard_write(t + snap, t + snap + write, sent, waits, mix(deep_idle=0.85, idle=0.15)))
         else:
             write = float(rng.uniform(60, 300))
-            pauses.append(
-                Pause(
-                    t + snap,
-                    t + snap + write,
-                    onehot(IDLE),
-                    grain=0.2,
-                    name="async checkpoint write",
-                    stall=True,
-                    share=float(rng.uniform(0.03, 0.12)),
-                    port_bytes_s=np.full(P, rng.uniform(3e8, 1.5e9)),
-                    port_wait_s=np.full(P, rng.uniform(0.02, 0.15)),
-                )
-            )
+            share = float(rng.uniform(0.03, 0.12))
+            sent, waits = np.full(P, rng.uniform(3e8, 1.5e9)), np.full(P, rng.uniform(0.02, 0.15))
+            pauses.append(async_write(t + snap, t + snap + write, share, sent, waits))
         t += snap + write + period
     return pauses, f"checkpoint_{mode}"
 
@@ -519,11 +490,6 @@ def generate(seed: int) -> Case:
         clean=base.plan,
         elec_clean=elec_clean,
         pauses=[init, *ckpts, *router],
-        drift_amp=float(rng.uniform(0.005, 0.02)),
-        noise=float(rng.uniform(0.01, 0.05)),
-        drop_rate=float(rng.uniform(0.002, 0.02)),
-        util_window_s=float(rng.choice([1 / 6, 1.0])),
-        power_window_s=1.0 if fleet.kind.name.startswith("H100") else float(rng.choice([0.1, 1.0])),
         decoys=decoys,
         params={
             "gpu": fleet.kind.name,
@@ -540,6 +506,7 @@ def generate(seed: int) -> Case:
             "wait": "spin",
         },
     )
+    draw_measurement(job)
     if target is not None:
         attach_any_fault(job, m, fleet, target, duration, base.plan.S, fault_state)
     return render(job)

@@ -51,22 +51,22 @@ from gpuscope.bench.workloads._common import (
     design,
     draw_duration,
     draw_window,
+    fleet_decoys,
     log_uniform_int,
-    pick_fault,
+    noisy_port,
     rng_for,
 )
 from gpuscope.bench.workloads._dp import (
     DP,
-    N_MC,
-    _centred,
     _init,
-    attach_fault,
-    fault_modes,
+    attach_any_fault,
+    dp_job,
+    draw_ring,
     fault_state,
-    ports_of,
+    ring_dp,
     step,
 )
-from gpuscope.bench.workloads._engine import Fault, Job, Pause, StepPlan, calibrate, onehot, render
+from gpuscope.bench.workloads._engine import Fault, Pause, StepPlan, calibrate, onehot, render
 from gpuscope.bench.workloads._gpu import COMPUTE, SPIN, XFER, Electrical, Fleet, draw_fleet, electrical
 from gpuscope.bench.workloads._held_out import scrape_interval
 
@@ -104,46 +104,10 @@ class Episode:
 def _draw_victim(rng: np.random.Generator, gpn: int) -> tuple[DP, Fleet, list[str]]:
     nodes = log_uniform_int(rng, 2, 48)
     fleet = draw_fleet(rng, nodes, gpn)
-    R = nodes * gpn
-    decoys: list[str] = []
-    if rng.random() < 0.3:  # a die a little slower at the same clock: its peers wait on it, no fault
-        fleet.het[int(rng.integers(R))] *= rng.uniform(1.015, 1.03)
-        decoys.append("slow_die")
-    if rng.random() < 0.3:
-        fleet.r_th[int(rng.integers(R))] *= 1.2
-        decoys.append("hot_slot")
-    port_node, port_gpu = ports_of(nodes, gpn, False)
-    c0 = float(np.exp(rng.uniform(np.log(0.25), np.log(3.0))))
-    rho = rng.uniform(0.1, 0.7)  # clean transfer time / compute time
-    link = 400.0 if rng.random() < 0.7 else 200.0
-    eta = rng.uniform(0.7, 0.9)
-    hop = rng.uniform(5e-6, 2e-5)
-    bw_time = max(rho * c0 - 2 * (nodes - 1) * hop, 0.2 * rho * c0)
-    per_port = bw_time * link * 1e9 / 8 * eta
-    wait_base = rng.uniform(0.002, 0.03, nodes)
-    if rng.random() < 0.2:
-        wait_base[int(rng.integers(nodes))] = rng.uniform(0.08, 0.15)
-        decoys.append("noisy_port")
-    dp = DP(
-        nodes=nodes,
-        gpn=gpn,
-        k=int(rng.integers(1, 3)),
-        wait_act=SPIN,
-        rails=False,
-        c0=c0,
-        h0=c0 * rng.uniform(0.0, 0.02) * rng.uniform(0.5, 1.5, R),
-        sigma=float(rng.uniform(0.01, 0.05)),
-        grad_bytes=per_port * nodes / (2 * (nodes - 1)),
-        rate_gbps=np.full(nodes, link),
-        eta=float(eta),
-        hop_s=float(hop),
-        beta=float(rng.uniform(0.0, 0.5)),
-        lam=float(rng.uniform(0.05, 0.25)),
-        wait_base=wait_base,
-        z=_centred(rng.standard_normal((N_MC, R))),
-        port_node=port_node,
-        port_gpu=port_gpu,
-    )
+    decoys = fleet_decoys(rng, fleet)
+    ring = draw_ring(rng, nodes, gpn, False, (0.25, 3.0), rho_range=(0.1, 0.7))  # the network matters
+    decoys += noisy_port(rng, ring.wait_base, 0.2)
+    dp = ring_dp(rng, ring, nodes, gpn, k=int(rng.integers(1, 3)), wait_act=SPIN, rails=False, beta_max=0.5)
     return dp, fleet, decoys
 
 
@@ -255,26 +219,7 @@ def generate(seed: int) -> Case:
     pauses: list[Pause] = [init]
     if shared_nic:
         pauses.append(_aggressor_on_nic(rng, dp, lay, 0.0, duration, float(rng.uniform(0.02, 0.08))))
-    job = Job(
-        family=FAMILY,
-        seed=seed,
-        rng=rng,
-        nodes=dp.nodes,
-        gpus_per_node=dp.gpn,
-        sample_s=sample_s,
-        duration_s=duration,
-        fleet=fleet,
-        port_node=dp.port_node,
-        port_gpu=dp.port_gpu,
-        rate_gbps=dp.rate_gbps,
-        clean=clean,
-        elec_clean=elec,
-        drift_amp=float(rng.uniform(0.005, 0.02)),
-        noise=float(rng.uniform(0.01, 0.05)),
-        drop_rate=float(rng.uniform(0.002, 0.02)),
-        util_window_s=float(rng.choice([1 / 6, 1.0])),
-        power_window_s=1.0 if fleet.kind.name.startswith("H100") else float(rng.choice([0.1, 1.0])),
-    )
+    job = dp_job(FAMILY, seed, rng, dp, fleet, sample_s, duration, clean, elec)
     episodes: list[Episode] = []
     fabric = target is not None and is_fabric(seed)
     if fabric and target is not None:
@@ -298,17 +243,7 @@ def generate(seed: int) -> Case:
         if shared_nic:
             pauses.append(_aggressor_on_nic(rng, dp, lay, onset, end, 1.0 - float(eff.min())))
     elif target is not None:
-
-        def locate(kind: str) -> tuple[int, ...]:
-            node = int(rng.integers(dp.nodes))
-            return (node, node) if kind == "slow_nic" else (node, int(rng.integers(dp.gpn)))
-
-        def slowdown_of(kind: str, where: tuple[int, ...], x: float, mode: str) -> float:
-            return fault_state(dp, fleet, kind, where, x, mode)[0].S / clean.S - 1
-
-        weights = {"thermal": 1.0, "power_cap": 1.0, "slow_nic": 1.0, "slow_host": 1.0}
-        choice = pick_fault(rng, target, weights, locate, slowdown_of, fault_modes(rng))
-        attach_fault(job, dp, fleet, choice, target, duration, 600.0)
+        attach_any_fault(job, dp, fleet, target, duration, clean.S, fault_state)
         assert job.fault is not None
         if rng.random() < 0.5:  # a light neighbour episode over the fault: two things at once
             f0, f1 = job.fault.onset_s, job.fault.end_s

@@ -51,7 +51,8 @@ import numpy as np
 from gpuscope.bench.workloads import PORT_KEYS, Case
 from gpuscope.bench.workloads._common import design, draw_duration, log_uniform_int, pick_fault, rng_for
 from gpuscope.bench.workloads._dp import N_MC, _centred, _init, attach_fault
-from gpuscope.bench.workloads._engine import Job, Pause, StepPlan, mix, onehot, plan, render
+from gpuscope.bench.workloads._engine import Job, Pause, StepPlan, draw_measurement, onehot, plan, render
+from gpuscope.bench.workloads._faults import host_gaps
 from gpuscope.bench.workloads._gpu import (
     COMPUTE,
     IDLE,
@@ -69,6 +70,7 @@ from gpuscope.bench.workloads._held_out import (
     scrape_interval,
     stall_compute,
 )
+from gpuscope.bench.workloads._pauses import shard_write, snapshot
 
 FAMILY = "nvlink"
 NVLINK_BPS = {"H100-SXM": 450e9, "A100-SXM": 300e9}  # per GPU, one way
@@ -218,10 +220,7 @@ def fault_state(
         return stall_compute(step(tp, elec, slow), rank, x), elec
     elec = electrical(fleet)
     if kind == "slow_host":
-        extra = np.zeros(tp.ranks)
-        u = np.random.default_rng([node, int(tp.c_layer * 1e9)]).uniform(0.7, 1.0, tp.gpn)
-        u[np.argmax(u)] = 1.0
-        extra[node * tp.gpn : (node + 1) * tp.gpn] = x * 2.0 * step(tp, elec, fleet).S / tp.k * u
+        extra = host_gaps(tp.ranks, tp.gpn, node, int(tp.c_layer * 1e9), x, step(tp, elec, fleet).S, tp.k)
         return step(tp, elec, fleet, host_extra=extra), elec
     share = link_share(x, mode)
     links = np.ones(tp.nodes)
@@ -264,20 +263,7 @@ def _checkpoints(rng: np.random.Generator, tp: TP, first: float, duration: float
         snap, write = float(rng.uniform(3, 20)), float(rng.uniform(20, 120))
         sent = np.concatenate([np.full(tp.nodes, rng.uniform(1e9, 4e9)), np.zeros(tp.ranks)])
         waits = np.concatenate([np.full(tp.nodes, rng.uniform(0.05, 0.3)), np.zeros(tp.ranks)])
-        pauses.append(Pause(t, t + snap, mix(light=0.8, idle=0.2), grain=0.5, name="checkpoint snapshot"))
-        pauses.append(
-            Pause(
-                t + snap,
-                t + snap + write,
-                mix(deep_idle=0.9, idle=0.1),
-                2.0,
-                "checkpoint write",
-                False,
-                1.0,
-                sent,
-                waits,
-            )
-        )
+        pauses += [snapshot(t, t + snap), shard_write(t + snap, t + snap + write, sent, waits)]
         t += snap + write + period
     return pauses
 
@@ -379,11 +365,6 @@ def generate(seed: int) -> Case:
         clean=clean,
         elec_clean=elec,
         pauses=[init, *ckpts],
-        drift_amp=float(rng.uniform(0.005, 0.02)),
-        noise=float(rng.uniform(0.01, 0.05)),
-        drop_rate=float(rng.uniform(0.002, 0.02)),
-        util_window_s=float(rng.choice([1 / 6, 1.0])),
-        power_window_s=1.0 if fleet.kind.name.startswith("H100") else float(rng.choice([0.1, 1.0])),
         decoys=decoys,
         params={
             "gpu": fleet.kind.name,
@@ -397,6 +378,7 @@ def generate(seed: int) -> Case:
             "wait": "spin",
         },
     )
+    draw_measurement(job)
     fault: BadLink | None = None
     if target is not None:
 
@@ -410,8 +392,6 @@ def generate(seed: int) -> Case:
         choice = pick_fault(rng, target, weights, locate, slowdown_of, _modes(rng, fleet))
         attach_fault(job, tp, fleet, choice, target, duration, 600.0, fault_state=fault_state)
         assert job.fault is not None
-        if choice.kind in ("nvlink", "gpu_degraded"):
-            job.fault.gpu = choice.where[1]
         if choice.kind == "nvlink":
             rank = choice.where[0] * tp.gpn + choice.where[1]
             share = link_share(choice.x, choice.mode)

@@ -36,7 +36,8 @@ import numpy as np
 from gpuscope.bench.workloads import Case
 from gpuscope.bench.workloads._common import design, draw_duration, log_uniform_int, rng_for
 from gpuscope.bench.workloads._dp import _init, attach_any_fault
-from gpuscope.bench.workloads._engine import Job, StepPlan, onehot, plan, render, sample_grid
+from gpuscope.bench.workloads._engine import Job, StepPlan, draw_measurement, onehot, plan, render, sample_grid
+from gpuscope.bench.workloads._faults import StepModel, rank_fault
 from gpuscope.bench.workloads._gpu import (
     COMPUTE,
     IDLE,
@@ -231,25 +232,9 @@ def draw(rng: np.random.Generator) -> tuple[Pipe, Fleet]:
 def fault_state(
     pp: Pipe, fleet: Fleet, kind: str, where: tuple[int, ...], x: float, mode: str
 ) -> tuple[StepPlan, Electrical]:
-    if kind in ("thermal", "power_cap"):
-        node, gpu = where
-        elec = electrical(fleet, kind, node * pp.gpn + gpu, x)
-        return step(pp, elec, fleet), elec
-    elec = electrical(fleet)
-    node = where[0]
-    if kind == "slow_host":
-        clean_s = step(pp, elec, fleet).S
-        extra = np.zeros(pp.nodes * pp.gpn)
-        u = np.random.default_rng([node, int(pp.t0 * 1e6)]).uniform(0.7, 1.0, pp.gpn)
-        u[np.argmax(u)] = 1.0
-        extra[node * pp.gpn : (node + 1) * pp.gpn] = x * 2.0 * clean_s / pp.M * u
-        return step(pp, elec, fleet, host_extra=extra), elec
-    tx, rx = np.ones(pp.nodes), np.ones(pp.nodes)
-    if mode == "downtrained":
-        tx[node] = rx[node] = x
-    else:
-        tx[node] = 1.0 - 0.9 * x
-    return step(pp, elec, fleet, tx=tx, rx=rx), elec
+    model = StepModel(fleet, pp.nodes, lambda elec: step(pp, elec, fleet).S, int(pp.t0 * 1e6), pp.M)
+    f = rank_fault(kind, where, x, mode, model)
+    return step(pp, f.elec, fleet, f.host_extra, f.tx, f.rx), f.elec
 
 
 def generate(seed: int) -> Case:
@@ -280,11 +265,6 @@ def generate(seed: int) -> Case:
         clean=clean,
         elec_clean=elec_clean,
         pauses=[_init(rng, R)],
-        drift_amp=float(rng.uniform(0.005, 0.02)),
-        noise=float(rng.uniform(0.01, 0.05)),
-        drop_rate=float(rng.uniform(0.002, 0.02)),
-        util_window_s=float(rng.choice([1 / 6, 1.0])),
-        power_window_s=1.0,
         decoys=decoys,
         params={
             "gpu": fleet.kind.name,
@@ -297,6 +277,7 @@ def generate(seed: int) -> Case:
             "wait": "spin",
         },
     )
+    draw_measurement(job, power_window_s=1.0)
     if target is not None:
         attach_any_fault(job, pp, fleet, target, duration, clean.S, fault_state)
     return render(job)

@@ -55,14 +55,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscope.bench.workloads import GPU_KEYS, NVLINK_KEYS, Case, _engine
+from gpuscope.bench.workloads import GPU_KEYS, NVLINK_KEYS, Case
 from gpuscope.bench.workloads._common import design, draw_duration, draw_window, log_uniform_int, rng_for
-from gpuscope.bench.workloads._engine import calibrate
+from gpuscope.bench.workloads._engine import WAIT_TICK_HZ, as_telemetry, calibrate, port_counters, thermal_lag
 from gpuscope.bench.workloads._gpu import COMPUTE, GPU_IDLE_BIT, H100, SW_POWER_CAP, SW_THERMAL, Electrical
 from gpuscope.bench.workloads._gpu_models import H200, HBM_GB, HBM_TB_S, MixedFleet, electrical_mixed, mixed_fleet
+from gpuscope.bench.workloads._held_out import scrape_interval
 
 FAMILY = "serving"
-SAMPLE_CHOICES = (5.0, 10.0, 15.0, 20.0, 30.0)
 FINE_CELLS = 1_200_000  # replicas x steps of the load model: long jobs of many replicas step coarser
 DENSE_FLOPS = 989e12  # H100/H200 dense BF16 (FP8: twice)
 # name, parameters (billions), bytes per parameter, layers, hidden size, KV-cache bytes per token
@@ -132,13 +132,6 @@ class Decoy:
     slowdown: float = 0.0  # the replica's service time at its normal load, over the healthy one's, - 1
     text: str = ""
     peer: int = -1  # restart: the node whose host cache sends the weights (-1: storage)
-
-
-def sample_interval(rng: np.random.Generator, ranks: int, duration_s: float) -> float:
-    i = int(rng.integers(len(SAMPLE_CHOICES)))
-    while i < len(SAMPLE_CHOICES) - 1 and ranks * duration_s / SAMPLE_CHOICES[i] > _engine.MAX_RANK_SAMPLES:
-        i += 1
-    return SAMPLE_CHOICES[i]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -353,7 +346,7 @@ def generate(seed: int) -> Case:
     nodes, gpn, J = len(mf.kind_of) // 8, 8, r.J
     R = nodes * gpn
     duration = draw_duration(rng)
-    dt = sample_interval(rng, R, duration)
+    dt = scrape_interval(rng, R, duration)
     T = int(duration // dt)
     times = dt * (1.0 + np.arange(T))
     step = 1.0 if J * duration <= FINE_CELLS else (2.5 if J * duration / 2.5 <= FINE_CELLS else 5.0)
@@ -633,13 +626,7 @@ def _render(
     clock = np.minimum(np.round(clock / 15.0) * 15.0, fmax[:, None])
 
     # temperature: a lag of the interval's mean power
-    t_eq = fleet.t_inlet[:, None] + fleet.r_th[:, None] * p_mean
-    a = np.exp(-dt / fleet.tau_th)
-    temp = np.empty_like(t_eq)
-    cur = fleet.t_inlet + fleet.r_th * fleet.p_deep
-    for i in range(T):
-        cur = a * cur + (1 - a) * t_eq[:, i]
-        temp[:, i] = cur
+    temp = thermal_lag(fleet, p_mean, dt)
     for d in decoys:  # a GPU held by its SW thermal slowdown sits at its slowdown temperature
         if d.kind == "slow_clock" and d.elec is not None and np.isfinite(d.elec.thermal_c[d.gpu]):
             on = (times > d.start) & (times - dt < d.end)
@@ -684,22 +671,11 @@ def _render(
             src = d.peer if d.peer >= 0 else int(r.node[d.replica])
             sent[src, on] += total / max(int(on.sum()), 1)
             waited[src, on] += total / max(int(on.sum()), 1) / rate_b * 0.05
-    xmit_bytes = np.floor(rng.uniform(1e12, 5e14, (nodes, 1)) + np.cumsum(sent, axis=1))
-    xmit_wait = np.floor(
-        rng.uniform(1e9, 1e12, (nodes, 1)) + np.cumsum(np.round(waited * _engine.WAIT_TICK_HZ), axis=1)
-    )
+    xmit_bytes, xmit_wait = port_counters(rng, sent, waited * WAIT_TICK_HZ)
 
+    gpu = (tensor, sm, util, power, clock, bits.astype(float), temp)
     telemetry = {
-        "tensor_active_pct": tensor,
-        "sm_active_pct": sm,
-        "util_pct": util,
-        "power_w": power,
-        "sm_clock_mhz": clock,
-        "clock_event_reasons": bits.astype(float),
-        "temp_c": temp,
-        "xmit_bytes": xmit_bytes,
-        "xmit_wait": xmit_wait,
-        "rate_gbps": np.full((nodes, T), link),
+        **as_telemetry(gpu, (xmit_bytes, xmit_wait, np.full((nodes, T), link))),
         "nvlink_tx_bytes": nvlink_tx,
         **errors,
     }

@@ -32,6 +32,7 @@ from gpuscope.bench.workloads import Case
 from gpuscope.bench.workloads._dp import DP, Extras, build
 from gpuscope.bench.workloads._engine import Pause, mix, onehot
 from gpuscope.bench.workloads._gpu import DEEP, IDLE, N_ACT, SPIN
+from gpuscope.bench.workloads._pauses import async_write, shard_write, snapshot
 
 FAMILY = "startup_and_pauses"
 
@@ -75,21 +76,11 @@ def extras(rng: np.random.Generator, dp: DP, step_s: float, duration: float) -> 
     t = first_step + period
     while t < duration - 120:
         snap = float(rng.uniform(3, 20))
-        pauses.append(Pause(t, t + snap, mix(light=0.8, idle=0.2), grain=0.5, name="checkpoint snapshot"))
+        pauses.append(snapshot(t, t + snap))
         if mode == "sharded":
             write = float(rng.uniform(20, 120))
             b, w = _storage(dp, np.arange(dp.nodes), rng.uniform(1e9, 4e9), rng.uniform(0.05, 0.3))
-            pauses.append(
-                Pause(
-                    t + snap,
-                    t + snap + write,
-                    mix(deep_idle=0.9, idle=0.1),
-                    grain=2.0,
-                    name="checkpoint write",
-                    port_bytes_s=b,
-                    port_wait_s=w,
-                )
-            )
+            pauses.append(shard_write(t + snap, t + snap + write, b, w))
             t_end = t + snap + write
         elif mode == "rank0":
             write = float(rng.uniform(30, 180))
@@ -111,19 +102,7 @@ def extras(rng: np.random.Generator, dp: DP, step_s: float, duration: float) -> 
         else:
             write = float(rng.uniform(60, 300))
             b, w = _storage(dp, np.arange(dp.nodes), rng.uniform(3e8, 1.5e9), rng.uniform(0.02, 0.15))
-            pauses.append(
-                Pause(
-                    t + snap,
-                    t + snap + write,
-                    onehot(IDLE),
-                    grain=0.2,
-                    name="async checkpoint write",
-                    stall=True,
-                    share=float(rng.uniform(0.05, 0.2)),
-                    port_bytes_s=b,
-                    port_wait_s=w,
-                )
-            )
+            pauses.append(async_write(t + snap, t + snap + write, float(rng.uniform(0.05, 0.2)), b, w))
             t_end = t + snap + write
         kinds.add(f"checkpoint_{mode}")
         t = t_end + period

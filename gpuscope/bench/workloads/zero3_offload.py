@@ -41,15 +41,24 @@ at their power limit, a slow die, a hot slot, a noisy port, an exporter outage.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpuscope.bench.workloads import Case
-from gpuscope.bench.workloads._common import design, draw_duration, draw_window, log_uniform_int, pick_fault, rng_for
-from gpuscope.bench.workloads._dp import DOWNTRAINED, _init
-from gpuscope.bench.workloads._engine import Fault, Job, Pause, StepPlan, mix, onehot, plan
+from gpuscope.bench.workloads._common import (
+    design,
+    draw_duration,
+    draw_window,
+    fleet_decoys,
+    log_uniform_int,
+    noisy_port,
+    pick_fault,
+    rng_for,
+)
+from gpuscope.bench.workloads._dp import _init, ports_of
+from gpuscope.bench.workloads._engine import Job, Pause, StepPlan, draw_measurement, mix, onehot, plan
+from gpuscope.bench.workloads._faults import DOWNTRAINED, memory_stalls, nic_detail, nic_shares, record
 from gpuscope.bench.workloads._gpu import (
     COMPUTE,
     IDLE,
@@ -219,12 +228,7 @@ def draw(rng: np.random.Generator) -> tuple[Zero3, Fleet, list[str]]:
     fleet = draw_fleet(rng, nodes, gpn)
     R = nodes * gpn
     decoys = ["host_jitter"]
-    if rng.random() < 0.3:
-        fleet.het[int(rng.integers(R))] *= rng.uniform(1.015, 1.03)
-        decoys.append("slow_die")
-    if rng.random() < 0.3:
-        fleet.r_th[int(rng.integers(R))] *= 1.2
-        decoys.append("hot_slot")
+    decoys += fleet_decoys(rng, fleet)
     rails = bool(rng.random() < 0.5)
     P = nodes * (gpn if rails else 1)
     L = log_uniform_int(rng, 24, 96)
@@ -238,9 +242,7 @@ def draw(rng: np.random.Generator) -> tuple[Zero3, Fleet, list[str]]:
     ag_time = rng.uniform(0.2, 1.1) * c0  # one layer's gather / its forward compute
     ag_bytes = max(ag_time - (nodes - 1) * hop, 0.2 * ag_time) * rate * eta
     w_ring = rng.uniform(0.002, 0.03, P)
-    if rng.random() < 0.3:
-        w_ring[int(rng.integers(P))] = rng.uniform(0.08, 0.15)
-        decoys.append("noisy_port")
+    decoys += noisy_port(rng, w_ring)
     param_offload = rng.random() < 0.35
     pcie_bps = (rng.uniform(40, 52) if rng.random() < 0.7 else rng.uniform(20, 26)) * 1e9
     zd = rng.standard_normal((3, N_MC, max(R, nodes)))
@@ -351,14 +353,7 @@ def fault_inputs(
             pcie_f[rank] = x
             lanes = "x16 -> x8 (or Gen5 -> Gen4)" if x == 0.5 else "x16 -> x4 (or Gen5 -> Gen3)"
             return electrical(fleet), {"pcie_f": pcie_f}, None, f"PCIe link trained down, {lanes}"
-        slower = 1.0 + 3.0 * x
-        demand, tensor = fleet.demand.copy(), fleet.tensor.copy()
-        demand[rank] *= slower**-0.6
-        tensor[rank] /= slower
-        fault_fleet = dataclasses.replace(fleet, demand=demand, tensor=tensor)
-        deg = np.ones(R)
-        deg[rank] = slower
-        detail = f"memory stalls (HBM row remapping): compute {slower:.2f}x slower at normal clocks"
+        fault_fleet, deg, detail = memory_stalls(fleet, rank, x)
         return electrical(fault_fleet), {"deg": deg}, fault_fleet, detail
     elec = electrical(fleet)
     if kind == "slow_host":
@@ -374,15 +369,8 @@ def fault_inputs(
             None,
             f"host CPU phase {host_f[node]:.2f}x slower (contention, memory bandwidth)",
         )
-    port = where[1]
-    txf, rxf = np.ones(z.ports), np.ones(z.ports)
-    if mode == "downtrained":
-        txf[port] = rxf[port] = x
-        detail = f"link trained at {z.rate_gbps[port] * x:.0f} Gb/s instead of {z.rate_gbps[port]:.0f}"
-    else:
-        txf[port] = 1.0 - 0.9 * x
-        detail = f"credit-stalled port (receiver back-pressure), {txf[port]:.0%} of its egress"
-    return elec, {"txf": txf, "rxf": rxf}, None, detail
+    txf, rxf = nic_shares(z.ports, where[1], x, mode)
+    return elec, {"txf": txf, "rxf": rxf}, None, nic_detail(z.rate_gbps, where[1], x, mode)
 
 
 def _modes(rng: np.random.Generator, kind: str) -> list[tuple[str, list[float] | None]]:
@@ -430,6 +418,7 @@ def generate(seed: int) -> Case:
     mults = [mu for _, mu in cuts]
     base = {mu: evaluate(z, fleet, elec_clean, cpu_mult=mu) for mu in set(mults)}
     clean = base[1.0]
+    port_node, port_gpu = ports_of(z.nodes, z.gpn, z.rails)
     job = Job(
         family=FAMILY,
         seed=seed,
@@ -439,17 +428,12 @@ def generate(seed: int) -> Case:
         sample_s=sample_s,
         duration_s=duration,
         fleet=fleet,
-        port_node=np.repeat(np.arange(z.nodes), z.rails_n),
-        port_gpu=np.tile(np.arange(z.rails_n), z.nodes) if z.rails else np.full(z.nodes, -1),
+        port_node=port_node,
+        port_gpu=port_gpu,
         rate_gbps=z.rate_gbps,
         clean=clean.plan,
         elec_clean=elec_clean,
         pauses=[init, *pauses],
-        drift_amp=float(rng.uniform(0.003, 0.01)),
-        noise=float(rng.uniform(0.01, 0.05)),
-        drop_rate=float(rng.uniform(0.002, 0.02)),
-        util_window_s=float(rng.choice([1 / 6, 1.0])),
-        power_window_s=1.0 if fleet.kind.name.startswith("H100") else float(rng.choice([0.1, 1.0])),
         decoys=decoys,
         params={
             "gpu": fleet.kind.name,
@@ -465,6 +449,7 @@ def generate(seed: int) -> Case:
             "contention": contention,
         },
     )
+    draw_measurement(job, drift=(0.003, 0.01))
     fault_fleet = None
     faulty: list[StepPlan | None] = [None] * len(starts)
     if target is not None:
@@ -502,28 +487,9 @@ def generate(seed: int) -> Case:
         for k, mu in enumerate(mults):
             if span[k] > 0:
                 faulty[k] = faulty_at[mu]
-        node = choice.where[0]
-        is_gpu = choice.kind in ("thermal", "power_cap", "gpu_degraded")
-        thermal_c = np.nan
-        if choice.kind == "thermal":
-            thermal_c = (86.0 if elec_f.hw_duty[node * z.gpn + choice.where[1]] == 0 else 91.0) + float(
-                rng.uniform(-2, 2)
-            )
         offload_fault = choice.kind == "slow_host" or choice.mode == "pcie"
         job.elec_fault = elec_f
-        job.fault = Fault(
-            kind=choice.kind,
-            node=node,
-            gpu=choice.where[1] if is_gpu else None,
-            port=choice.where[1] if choice.kind == "slow_nic" else None,
-            onset_s=onset,
-            end_s=end,
-            target=target,
-            localisable=not (offload_fault and z.wait_act == IDLE),
-            detail=detail,
-            rate_factor=choice.x if choice.mode == "downtrained" else 1.0,
-            ramp_s=float(rng.uniform(60, 300)),
-            thermal_c=thermal_c,
-        )
+        localisable = not (offload_fault and z.wait_act == IDLE)
+        job.fault = record(rng, choice, z.gpn, elec_f, (onset, end), target, detail, localisable)
     regimes = [Regime(float(s), base[mu].plan, f) for s, mu, f in zip(starts, mults, faulty, strict=True)]
     return render_regimes(job, regimes, fault_fleet, phase_jitter=float(rng.uniform(0.01, 0.04)))
