@@ -26,7 +26,9 @@ def test_a_file_outliving_its_job_is_stale_and_running_jobs_are_not(slurm_cluste
     idle, ended = cluster.wait_for_job_named("idle"), cluster.wait_for_job_named("ended")
     files = wait_for_files(cluster, 3)
     tree = CGROUP_ROOT / "freezer" / f"slurm_{cluster.node}" / "uid_0"
-    assert all((tree / f"job_{job}" / "step_extern").is_dir() for job in (running, idle, ended))
+    # slurmd makes a job's extern step after its prolog has written the file: under load, seconds after.
+    extern_steps = [tree / f"job_{job}" / "step_extern" for job in (running, idle, ended)]
+    cluster.wait_for(lambda: all(step.is_dir() for step in extern_steps), "the jobs' extern step cgroups")
 
     left_behind = {name: line for name, line in files.items() if line.split()[0] == ended}
     cluster.scancel(ended)
