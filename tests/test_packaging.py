@@ -48,6 +48,12 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         shutil.copy2(ROOT / name, source / name)
     for folder in {*FOLDERS.values(), "packaging"}:
         shutil.copytree(ROOT / folder, source / folder, ignore=junk)
+    # A checkout built before keeps that build's SOURCES.txt, naming the bench's files under gpuscope/;
+    # setuptools reads it again, and took them as package data until include-package-data was turned off.
+    stale = source / "gpuscope.egg-info"
+    stale.mkdir()
+    bench_files = (f"gpuscope/bench/{path.name}\n" for path in (ROOT / "gpuscope" / "bench").glob("*.py"))
+    (stale / "SOURCES.txt").write_text("".join(bench_files))
     out = tmp_path_factory.mktemp("wheels")
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out)]
     built = subprocess.run(
