@@ -33,13 +33,17 @@ RESOLVED_IN_MEMORY = dt.timedelta(hours=6)  # long enough to announce them at an
 HISTORY = dt.timedelta(days=30)  # resolved alerts and finished notifications kept this long
 
 
+# How often the engine checks group timers and due groups (the collector's --alert-tick-s).
+TICK_S = 0.5
+
+
 class AlertEngine:
     def __init__(
         self,
         groups: list[Group],
         config: NotifyConfig | None,
         query_timeout_s: float = 10.0,
-        tick_s: float = 0.5,
+        tick_s: float = TICK_S,
         facts: Callable[[], Mapping[str, str]] | None = None,
         rack_budgets_kw: Mapping[str, float] | None = None,
     ) -> None:

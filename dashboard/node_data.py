@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 from psycopg_pool import ConnectionPool
 
 from gpuscope.collector import query
+from gpuscope.collector.query import buckets
 from gpuscope.collector.query.idle_gpus import IdleGpu, idle_gpus
 from gpuscope.core.clock_reasons import reason_words
 from gpuscope.core.xid_messages import xid_message
@@ -128,7 +129,7 @@ def load_node_health(pool: ConnectionPool[Any], node: str, range_key: str) -> No
         if not gpus and not ports:
             return None
         ids = [g.gpu_id for g in gpus]
-        bucket = query.fillable_bucket(conn, window, query.bucket_for(window, NVLINK_MAX_POINTS))
+        bucket = buckets.chart_bucket(conn, window, NVLINK_MAX_POINTS)  # raw samples: NVLink has no rollup
         return NodeHealth(
             window,
             query.gpu_health(conn, gpus, window),

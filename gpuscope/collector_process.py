@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gpuscope.alerts import views
 from gpuscope.alerts.check import check_sql
 from gpuscope.alerts.config import load_notify_config
-from gpuscope.alerts.engine import AlertEngine
+from gpuscope.alerts.engine import TICK_S, AlertEngine
 from gpuscope.alerts.facts import database_facts
 from gpuscope.alerts.part import alerts_part
 from gpuscope.alerts.rules import Group, default_rules_text, load_rule_files, parse_rules
@@ -142,7 +142,7 @@ class CollectorSettings(BaseSettings):
         default=None, description="YAML mapping of rack (or cluster/rack) to a budget in kW, for the rack power alert"
     )
     alert_tick_s: float = Field(
-        default=0.5, gt=0, description="how often, in seconds, the alert engine checks group timers and due groups"
+        default=TICK_S, gt=0, description="how often, in seconds, the alert engine checks group timers and due groups"
     )
     stragglers: bool = Field(default=True, description="do not run the straggler watch here")  # one replica at a time
     # Part of the onset-to-API latency, and cheap: the watch reads only new buckets.
