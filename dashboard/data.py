@@ -202,23 +202,6 @@ def _budget_kw(rack: str, budgets_kw: dict[str, float], nameplate_w: dict[str, f
 
 
 @dataclass(frozen=True)
-class JobsData:
-    jobs: list[query.JobRow]
-    stragglers: dict[str, list[straggler_reads.StragglerRow]]  # job_id -> its stragglers in the range
-
-
-def load_jobs(pool: ConnectionPool[Any], state: str, range_key: str) -> JobsData:
-    window = time_range(range_key)
-    with pool.connection() as conn:
-        jobs = query.jobs(conn, window, state, limit=300)  # type: ignore[arg-type]
-        found = straggler_reads.stragglers(conn, window, limit=1000)
-    by_job: dict[str, list[straggler_reads.StragglerRow]] = {}
-    for row in found:
-        by_job.setdefault(row.job_id, []).append(row)
-    return JobsData(jobs, by_job)
-
-
-@dataclass(frozen=True)
 class JobData:
     job: query.JobRow | None
     grid: Grid
