@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
-# Readers run every statement in a read-only transaction: a bug in a query cannot change data.
-READ_ONLY_OPTIONS = "-c default_transaction_read_only=on"
+
+def _read_only(conn: Connection[Any]) -> None:
+    """Readers run every statement in a read-only transaction: a bug in a query cannot change data. Set
+    once connected, not in the startup packet's options: libpq checks target_session_attrs=read-write (the
+    setting HA guides give, to find the primary among several hosts) against the session's
+    default_transaction_read_only, and would refuse every host, the primary too, as "read-only"."""
+    conn.execute("SET default_transaction_read_only = on")
 
 
 def open_read_pool(
@@ -23,9 +29,7 @@ def open_read_pool(
     `timeout` at most. `statement_timeout_s`: the server cancels any statement running longer
     (psycopg.errors.QueryCanceled); a transaction may lower it with SET LOCAL. `reconnect_timeout`: how
     long the pool itself retries a failed connection (with back-off) before leaving it to the next caller."""
-    options = READ_ONLY_OPTIONS
-    if statement_timeout_s is not None:
-        options += f" -c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
+    options = "" if statement_timeout_s is None else f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
     pool: ConnectionPool[Any] = ConnectionPool(
         dsn,
         min_size=1,
@@ -33,6 +37,7 @@ def open_read_pool(
         open=False,
         timeout=timeout,
         reconnect_timeout=reconnect_timeout,
+        configure=_read_only,
         kwargs={"autocommit": True, "options": options, "connect_timeout": max(2, int(timeout))},
     )
     pool.open(wait=wait, timeout=timeout)
