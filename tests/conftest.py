@@ -39,7 +39,7 @@ SHARED_HOST_GROUPS = {"slurm": "slurm"}
 HEAVY_FIXTURES = frozenset({"postgres", "private_postgres", "browser", "slurm_cluster_factory",
                             "module_slurm_cluster_factory", "timescale_dsn", "fake_kubelet"})  # fmt: skip
 PROCESS_STARTERS = frozenset({"subprocess", "tests.commands", "gpuscope.core.embedded_pg", "gpuscope.bench.browser"})
-HEAVY_FOLDERS = frozenset({"slurm", "faults", "scaleout", "timescale", "bench", "deploy"})
+HEAVY_FOLDERS = frozenset({"slurm", "faults", "scaleout", "timescale", "bench", "deploy", "patroni"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
