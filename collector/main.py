@@ -123,11 +123,11 @@ def create_app(config: CollectorConfig) -> FastIngest:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(_maintenance(ingest_pool, config.retention, layout), name="maintenance")]
 
-                async def drop_broken_connections() -> None:
-                    await ingest_pool.check()
-                    await run_in_threadpool(read_pool.check)
+                async def reconnect() -> None:  # broken meanwhile, or on a server now a standby (store/watch.py)
+                    await ingest_pool.drain()
+                    await run_in_threadpool(read_pool.drain)
 
-                watch = watch_database(config.dsn, config.database, on_recovery=drop_broken_connections)
+                watch = watch_database(config.dsn, config.database, on_recovery=reconnect)
                 tasks.append(group.create_task(watch, name="database watch"))
                 for task in (t for part in config.parts for t in part.leader_tasks):
                     tasks.append(group.create_task(task.run(config.dsn), name=task.name))

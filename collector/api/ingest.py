@@ -106,14 +106,17 @@ async def push_samples(request: Request, state: IngestStateDep) -> Response:
     except DatabaseAway as exc:  # the database went away while the batch waited: not tried
         state.metrics.batches.labels("db_unavailable").inc()
         return _unavailable(str(exc))
-    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+    except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
         availability = state.database.current()
-        state.metrics.batches.labels("disk_full" if availability.cause is Cause.DISK_FULL else "db_unavailable").inc()
-        if availability.ok:  # not about availability (a lost lock conflict): nothing stored, worth a retry
+        if not availability.ok:  # away, full or a standby: the watch logged it once, not every batch
+            outcome = "disk_full" if availability.cause is Cause.DISK_FULL else "db_unavailable"
+            state.metrics.batches.labels(outcome).inc()
+            return _unavailable(availability.reason)
+        if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
+            # not about availability (a lost lock conflict): nothing stored, worth a retry
+            state.metrics.batches.labels("db_unavailable").inc()
             log.warning("storing a batch failed: %s", exc)
             return _unavailable(f"database error, retry: {exc}")
-        return _unavailable(availability.reason)  # the watch logged the outage once, not every batch
-    except psycopg.Error:
         state.metrics.batches.labels("db_error").inc()
         log.exception("storing a batch failed; the transaction was rolled back")
         return JSONResponse({"detail": "database error; nothing was stored"}, status_code=500)

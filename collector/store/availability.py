@@ -1,6 +1,7 @@
 """Whether the database takes writes now, and if not, why.
 
-Ingest consults this before it queues a batch: while the database is known to be away, a request is
+Ingest consults this before it queues a batch: while the database is known to be away (or to be a
+standby, which takes no writes), a request is
 answered 503 at once with the cause, instead of waiting on a pool that cannot connect (exporters give
 up after ~10 s and would never see the answer). /healthz and /metrics report the same state.
 
@@ -35,6 +36,11 @@ class Cause(StrEnum):
     UNREACHABLE = "database unreachable"
     RESTARTING = "database restarting"
     DISK_FULL = "disk full"
+    STANDBY = "database is a standby"  # read-only: left on, or pointed at, a server that is not the primary
+
+
+class StandbyDatabase(psycopg.OperationalError):
+    """The watch's probe reached a server in recovery (a standby): it takes no writes."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ class DatabaseStatus:
         if self._state.cause is Cause.OK and (self._server_problem is None or self._server_problem() is None):
             return None  # the hot path: every batch asks
         state = self.current()
-        return state if state.cause in (Cause.UNREACHABLE, Cause.RESTARTING) else None
+        return state if state.cause in (Cause.UNREACHABLE, Cause.RESTARTING, Cause.STANDBY) else None
 
     def wrote(self) -> None:
         if self._state.cause is not Cause.OK:  # every group commit says so: nothing to do in the usual case
@@ -134,6 +140,8 @@ def classify(exc: BaseException) -> Cause:
     """What a database error says about availability; Cause.OK when it says nothing about it."""
     if isinstance(exc, psycopg.errors.DiskFull) or DISK_FULL_TEXT in str(exc):
         return Cause.DISK_FULL
+    if isinstance(exc, StandbyDatabase | psycopg.errors.ReadOnlySqlTransaction):
+        return Cause.STANDBY
     if isinstance(exc, psycopg_pool.PoolTimeout | TimeoutError):
         return Cause.UNREACHABLE
     if isinstance(exc, psycopg.OperationalError):

@@ -107,8 +107,8 @@ class GroupWriter:
         try:
             results = await self._store_group([batch for batch, _ in group])
         except psycopg.Error as exc:
-            self._status.failed(exc)
-            if len(group) == 1 or isinstance(exc, psycopg.OperationalError):
+            availability = self._status.failed(exc)
+            if len(group) == 1 or isinstance(exc, psycopg.OperationalError) or not availability.ok:
                 for _, future in group:
                     _settle(future, exc)
                 return

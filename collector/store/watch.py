@@ -1,8 +1,11 @@
-"""The database watch: one connection of its own, `SELECT 1` every second, so an outage is known within
-a couple of seconds whether or not anyone writes, and its end is known at once.
+"""The database watch: one connection of its own, asking every second whether the server is in
+recovery, so an outage is known within a couple of seconds whether or not anyone writes, and its end is
+known at once. A server in recovery is a standby (after a failover, or a DSN naming the wrong host): it
+counts as away for writes, and the watch connects afresh through the DSN each second, which finds the
+primary wherever a multi-host DSN lists it (target_session_attrs=read-write or primary).
 
-When an outage ends, the pools drop connections that broke meanwhile (pool.check()), so the first
-batches after it do not fail on a dead socket.
+When an outage ends, the pools drop every connection they hold (drain): those that broke meanwhile would
+fail the first batches on a dead socket, and those on a demoted server would be refused.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from gpuscope.collector.store.availability import DatabaseStatus
+from gpuscope.collector.store.availability import DatabaseStatus, StandbyDatabase
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ async def watch_database(
                         try:
                             await on_recovery()
                         except Exception:  # gone again, say: the next probe tells; the watch goes on
-                            log.exception("dropping broken pooled connections failed")
+                            log.exception("dropping pooled connections failed")
                 probe = None
             await asyncio.sleep(every_s)
     finally:
@@ -59,11 +62,16 @@ async def watch_database(
 
 
 async def _probe(dsn: str, conn: psycopg.AsyncConnection[Any] | None) -> psycopg.AsyncConnection[Any]:
-    """`SELECT 1` on the watch's connection (a new one if it has none or it broke); the connection."""
+    """Whether the server behind the watch's connection (a new one if it has none or it broke) is the
+    primary; the connection. A standby: StandbyDatabase, the connection discarded."""
     if conn is None or conn.closed:
         conn = await _connect(dsn)
     try:
-        await conn.execute("SELECT 1")
+        cur = await conn.execute("SELECT pg_is_in_recovery()")
+        row = await cur.fetchone()
+        if row is not None and row[0]:
+            host = conn.info.host
+            raise StandbyDatabase(f"{host}:{conn.info.port} is in recovery and takes no writes")
     except BaseException:
         await _discard(conn)
         raise
