@@ -37,6 +37,9 @@ class Cause(StrEnum):
     RESTARTING = "database restarting"
     DISK_FULL = "disk full"
     STANDBY = "database is a standby"  # read-only: left on, or pointed at, a server that is not the primary
+    # Reachable, a primary, yet a write did not finish within the write deadline: say, a primary whose
+    # synchronous standby has gone (promoted elsewhere while its Patroni was dead), where every commit waits.
+    NOT_COMMITTING = "commits not finishing"
 
 
 class StandbyDatabase(psycopg.OperationalError):
@@ -108,11 +111,18 @@ class DatabaseStatus:
             return self.current()
         return self._set(cause, _first_line(exc))
 
+    def stalled(self, detail: str) -> None:
+        """A write outlived its deadline. Writes are still tried (the first to finish clears this), but
+        /healthz is unhealthy meanwhile: a load balancer or an operator should not trust this path."""
+        if self._state.cause is Cause.OK:
+            self._set(Cause.NOT_COMMITTING, detail)
+
     def reachable(self) -> bool:
         """The watch reached the server; True when that ends an outage. A full disk is left standing
-        until a write succeeds or space is freed (a read works on a full disk)."""
+        until a write succeeds or space is freed (a read works on a full disk); commits that do not
+        finish, until one does (the watch's probe reads, so it cannot tell)."""
         cause = self._state.cause
-        if cause is Cause.OK:
+        if cause in (Cause.OK, Cause.NOT_COMMITTING):
             return False
         if cause is Cause.DISK_FULL:
             free, before = self.free_bytes(), self._free_at_failure

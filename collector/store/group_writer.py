@@ -85,7 +85,10 @@ class GroupWriter:
             now = loop.time()
             while self._deadlines and self._deadlines[0][0] <= now:
                 _, future = self._deadlines.popleft()
-                _settle(future, WriteDeadline(f"the batch was not stored within {self._deadline_s:g} s"))
+                if not future.done():  # a commit still waiting: /healthz says so until one succeeds
+                    late = WriteDeadline(f"the batch was not stored within {self._deadline_s:g} s")
+                    self._status.stalled(str(late))
+                    _settle(future, late)
 
     async def close(self) -> None:
         for task in self._tasks:

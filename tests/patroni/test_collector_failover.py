@@ -117,3 +117,28 @@ def test_a_collector_on_the_multi_host_dsn_follows_a_switchover_and_loses_nothin
         ).fetchone()
     assert batches == (len(acknowledged), len(acknowledged)), "each acknowledged batch once"
     assert samples == (len(acknowledged),)
+
+
+def test_commits_that_cannot_finish_end_in_503_and_an_unhealthy_collector_never_a_hang(
+    patroni_cluster: PatroniCluster,
+) -> None:
+    """The primary's Patroni dies: its sync standby is promoted after the leader key's lease, while the
+    old server goes on as a primary whose commits wait for a standby that has left. A collector on it
+    answers each batch within its write deadline (503) and /healthz says why."""
+    cluster = patroni_cluster
+    cluster.wait_healthy()
+    old = cluster.wait_for_primary()
+    origin = Origin("ha", "r1", "orphaned-node", "sim", str(uuid.uuid4()))
+    with running_collector(cluster.node_dsn(old)) as collector:
+        assert send(collector, origin, 0).status_code == 200
+        cluster.kill_patroni(old)
+        cluster.wait_for_primary(timeout=60, not_in={old})
+        started = time.monotonic()
+        answer = send(collector, origin, 1)
+        took = time.monotonic() - started
+        assert answer.status_code == 503 and "not stored within" in answer.text, answer.text
+        assert took < 10, f"answered after {took:.1f} s: an exporter gives up at 10 s"
+        health = httpx.get(f"{collector.url}/healthz", timeout=10)
+        assert health.status_code == 503 and health.json()["cause"] == "commits not finishing", health.text
+        cluster.restart_patroni(old)  # it demotes the old server: the cluster is whole for what follows
+        cluster.wait_healthy(timeout=120)
