@@ -175,11 +175,21 @@ def test_a_silence_is_created_and_expired_from_the_alerts_page(stack: Stack, bro
     token.send_keys(Keys.BACKSPACE, stack.admin_token)
     browser.find_element("id", "silence-create").click()
     wait_until(browser, lambda: "Created silence" in browser.find_element("id", "silence-result").text, 10, "creation")
-    wait_until(browser, lambda: "node=node-001" in browser.find_element("id", "silences-table").text, 10, "listing")
-    assert "sre-on-call" in browser.find_element("id", "silences-table").text
+    # Read within waits: the page re-renders the table on its refresh, and an element read between two
+    # renders is stale (it failed CI once).
+    def listed() -> bool:
+        text = browser.find_element("id", "silences-table").text
+        return "node=node-001" in text and "sre-on-call" in text  # who: never "dashboard"
+
+    wait_until(browser, listed, 10, "listing with its author")
     wait_until(browser, lambda: "silenced by" in browser.find_element("id", "alerts-active").text, 10, "muted alert")
     screenshot(browser, "alerts-silenced")
-    browser.find_element("css selector", "#silences-table button").click()
+
+    def expire() -> bool:
+        browser.find_element("css selector", "#silences-table button").click()
+        return True
+
+    wait_until(browser, expire, 10, "the expire button")
     wait_until(browser, lambda: "Expired silence" in browser.find_element("id", "silence-result").text, 10, "expiry")
     wait_until(browser, lambda: "No active silences" in browser.find_element("id", "alerts-silences").text, 10, "gone")
     assert console_errors(browser) == []
