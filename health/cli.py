@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
+from gpuscope.core.range_presets import PRESETS_S
 from gpuscope.health.model import State
 
 STATES = tuple(str(state) for state in State)
@@ -29,7 +30,7 @@ def add_parser(commands: Any) -> None:
     history = sub.add_parser("history", help="the audit trail: transitions and scheduler actions")
     window = history.add_mutually_exclusive_group()
     window.add_argument("--minutes", type=_minutes, default=24 * 60, help="how far back (default 1440: a day)")
-    window.add_argument("--range", type=_range, help="as in the UI: 15m, 1h, 6h, 24h, 7d, or FROM..TO in UTC")
+    window.add_argument("--range", type=_range, help=f"as in the UI: {', '.join(PRESETS_S)}, or FROM..TO in UTC")
     hold = sub.add_parser("hold", help="hold a node: gpuscope neither drains nor resumes it")
     release = sub.add_parser("release", help="lift a hold")
     for p in (hold, release):

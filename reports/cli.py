@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuscope.core.collector_client import DEFAULT_COLLECTOR, collector_client, refused
+from gpuscope.core.range_presets import PRESETS_S
 from gpuscope.reports.text import one_line
 from gpuscope.reports.verdicts import verdicts
 
@@ -31,7 +32,7 @@ def add_parser(commands: Any) -> None:
     usage.add_argument("--by", choices=DIMENSIONS, default="user", help="group by (default user)")
     window = usage.add_mutually_exclusive_group()
     window.add_argument("--days", type=float, default=7, help="the last N days (default 7)")
-    window.add_argument("--range", type=_range, help="as in the UI: 15m, 1h, 6h, 24h, 7d, or FROM..TO in UTC")
+    window.add_argument("--range", type=_range, help=f"as in the UI: {', '.join(PRESETS_S)}, or FROM..TO in UTC")
     _client_options(usage, "read token")
     usage.set_defaults(run=_run_usage)
     grid = sub.add_parser("grid-load", help="load the grid's carbon intensity: CSV lines 'TIME,G_PER_KWH'")

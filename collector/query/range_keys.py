@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gpuscope.collector.query.timerange import TimeRange, last
+from gpuscope.core.range_presets import PRESETS_S
 
-PRESETS_S = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600, "7d": 7 * 86400}
 SEPARATOR = ".."
 FORMAT = "%Y-%m-%dT%H:%M"
 EXAMPLE = "2026-11-20 08:00"
