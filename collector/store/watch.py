@@ -6,6 +6,10 @@ primary wherever a multi-host DSN lists it (target_session_attrs=read-write or p
 
 When an outage ends, the pools drop every connection they hold (drain): those that broke meanwhile would
 fail the first batches on a dead socket, and those on a demoted server would be refused.
+
+A server can go and come back between two probes (an embedded server restarted by its supervisor in
+under a second). The watch's own connection is then broken though the server is up: the probe tries a
+fresh one before it calls the database away, and drains the pools all the same, since theirs broke too.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ async def watch_database(
     # The probe runs as a task of its own, and is never cancelled: cancelling a query on a server that
     # does not answer makes psycopg wait for the cancel request too. A probe that is late marks the
     # database unreachable; the next one starts only once it has finished (or failed).
-    probe: asyncio.Task[psycopg.AsyncConnection[Any]] | None = None
+    probe: asyncio.Task[tuple[psycopg.AsyncConnection[Any], bool]] | None = None
     conn: psycopg.AsyncConnection[Any] | None = None
     try:
         while True:
@@ -42,13 +46,17 @@ async def watch_database(
                 _failed(status, TimeoutError(f"no answer to a probe in {PROBE_TIMEOUT_S:g} s"))
             else:
                 try:
-                    conn = probe.result()
+                    conn, reconnected = probe.result()
                 except (psycopg.Error, OSError) as exc:
                     _failed(status, exc)
                     conn = None
                 else:
-                    if status.reachable():
+                    recovered = status.reachable()
+                    if recovered:
                         log.warning("database reachable again: ingest resumes")
+                    elif reconnected:
+                        log.warning("the database server went and came back between two probes")
+                    if recovered or reconnected:
                         try:
                             await on_recovery()
                         except Exception:  # gone again, say: the next probe tells; the watch goes on
@@ -61,11 +69,22 @@ async def watch_database(
         await _discard(conn)
 
 
-async def _probe(dsn: str, conn: psycopg.AsyncConnection[Any] | None) -> psycopg.AsyncConnection[Any]:
+async def _probe(dsn: str, conn: psycopg.AsyncConnection[Any] | None) -> tuple[psycopg.AsyncConnection[Any], bool]:
     """Whether the server behind the watch's connection (a new one if it has none or it broke) is the
-    primary; the connection. A standby: StandbyDatabase, the connection discarded."""
-    if conn is None or conn.closed:
-        conn = await _connect(dsn)
+    primary: the connection, and whether the one it had broke on a server that is up again. A standby:
+    StandbyDatabase, the connection discarded."""
+    if conn is not None and not conn.closed:
+        try:
+            return await _ask(conn), False
+        except StandbyDatabase:
+            raise
+        except (psycopg.OperationalError, OSError):  # broken: is the server away, or back already?
+            pass
+        return await _ask(await _connect(dsn)), True
+    return await _ask(await _connect(dsn)), False
+
+
+async def _ask(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]:
     try:
         cur = await conn.execute("SELECT pg_is_in_recovery()")
         row = await cur.fetchone()
