@@ -47,6 +47,9 @@ class CollectorConfig:
 
     dsn: str
     auth: TokenAuth  # ingest tokens
+    # The read API's database, when it is not `dsn`: under Patroni, the same hosts with
+    # target_session_attrs=prefer-standby, so reads leave the primary to ingest (docs/operations.md).
+    read_dsn: str | None = None
     read_auth: TokenAuth | None = None  # None: the read API is open
     admin_auth: TokenAuth | None = None  # None: nothing may be changed through the API
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # ingest; every other route takes at most max_other_body_bytes
@@ -66,6 +69,7 @@ class CollectorConfig:
 POOL_WAIT_S = 5.0
 POOL_RECONNECT_S = 3.0
 CONNECT_TIMEOUT_S = 3
+READ_POOL_NAME = "gpuscope collector reads"  # in pg_stat_activity: which server the read API is on
 
 
 def create_app(config: CollectorConfig) -> FastIngest:
@@ -90,7 +94,8 @@ def create_app(config: CollectorConfig) -> FastIngest:
             read_pool = await run_in_threadpool(
                 functools.partial(
                     open_read_pool,
-                    config.dsn,
+                    config.read_dsn or config.dsn,
+                    application_name=READ_POOL_NAME,
                     statement_timeout_s=config.read_statement_timeout_s,
                     reconnect_timeout=POOL_RECONNECT_S,
                 )

@@ -83,6 +83,10 @@ class CollectorSettings(BaseSettings):
     db_password_file: Path | None = Field(
         default=None, description="the database password, kept out of the DSN and the command line"
     )
+    read_db: SecretStr | None = Field(  # the same hosts with target_session_attrs=prefer-standby, say
+        default=None,
+        description="PostgreSQL DSN for the read API (default: --db); --db-password-file applies to it too",
+    )
     data_dir: Path = Field(
         default=default_data_dir(),
         description="the embedded database (without --db) and generated token live here"
@@ -183,6 +187,7 @@ def build(settings: CollectorSettings, dsn: str, token: str, database: DatabaseS
     node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
     config = CollectorConfig(
         dsn=dsn,
+        read_dsn=_read_dsn(settings),
         auth=TokenAuth([token], node_tokens),
         read_auth=_auth(settings.read_token_file),
         admin_auth=_auth(settings.admin_token_file),
@@ -256,6 +261,13 @@ def run(settings: CollectorSettings) -> int:
             deadline.arm()  # stopping the embedded server is bounded too
 
 
+def _read_dsn(settings: CollectorSettings) -> str | None:
+    """The read API's DSN, with the password file's password; None: reads share --db's."""
+    if settings.read_db is None:
+        return None
+    return dsn_with_password_file(settings.read_db.get_secret_value(), settings.db_password_file)
+
+
 def check_inputs(settings: CollectorSettings) -> list[Group]:
     """Everything the settings name that can be checked without a database, read and parsed now: the
     DSN's syntax, the password and token files, the node tokens, the rule files, the notification, health
@@ -266,6 +278,11 @@ def check_inputs(settings: CollectorSettings) -> list[Group]:
         dsn_with_password_file(dsn, settings.db_password_file)  # the file is read, the DSN must hold none
     elif settings.db_password_file is not None:
         raise ValueError("--db-password-file needs --db (a DSN without its password)")
+    if settings.read_db is not None:
+        if settings.db is None:
+            raise ValueError("--read-db needs --db: an embedded database has no standby to read from")
+        check_dsn(settings.read_db.get_secret_value())
+        _read_dsn(settings)
     node_tokens = read_node_tokens(settings.node_tokens_file) if settings.node_tokens_file else None
     if settings.token_file is not None or node_tokens:
         given = [read_token_file(settings.token_file)] if settings.token_file else []

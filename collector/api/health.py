@@ -72,7 +72,7 @@ def healthz(pool: ReadPoolDep, state: IngestStateDep) -> JSONResponse:
 )
 def metrics(state: IngestStateDep, pool: ReadPoolDep, parts: PartMetricsDep) -> Response:
     own = generate_latest(state.scraped) + _availability_metrics(state.database)  # every worker's, summed
-    return Response(own + _database_metrics(pool, parts), media_type=CONTENT_TYPE_LATEST)
+    return Response(own + _database_metrics(pool, parts) + _read_lag(pool), media_type=CONTENT_TYPE_LATEST)
 
 
 def _availability_metrics(database: DatabaseStatus) -> bytes:
@@ -90,6 +90,34 @@ def _availability_metrics(database: DatabaseStatus) -> bytes:
     if (free := database.free_bytes()) is not None:
         text = "Free bytes in the file system of the embedded database's data directory"
         families.append(GaugeMetricFamily("gpuscope_collector_database_free_bytes", text, value=free))
+    return _exposition(*families)
+
+
+# Seconds since the read server replayed its last transaction: under steady ingest, how far the read
+# API is behind the primary (--read-db on a standby); 0 on the primary. An idle primary makes it grow.
+_LAG_SQL = (
+    "SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery()"
+    " THEN extract(epoch FROM now() - pg_last_xact_replay_timestamp()) ELSE 0 END"
+)
+
+
+def _read_lag(pool: ConnectionPool[Any]) -> bytes:
+    """Which server the read API is on and how far behind it is; nothing when it cannot be asked."""
+    try:
+        with pool.connection(timeout=2.0) as conn:
+            row = conn.execute(_LAG_SQL).fetchone()
+    except Exception:  # the database is away: /metrics serves the rest
+        return b""
+    if row is None:
+        return b""
+    standby = GaugeMetricFamily(
+        "gpuscope_collector_read_standby", "1 when the read API reads from a standby (--read-db), else 0"
+    )
+    standby.add_metric([], 1.0 if row[0] else 0.0)
+    families: list[Metric] = [standby]
+    if row[1] is not None:  # a standby that has replayed nothing since it started has no figure
+        text = "Seconds since the read API's server replayed its last transaction (0 on the primary)"
+        families.append(GaugeMetricFamily("gpuscope_collector_read_lag_seconds", text, value=float(row[1])))
     return _exposition(*families)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import Connection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 
@@ -23,13 +24,20 @@ def open_read_pool(
     wait: bool = True,
     statement_timeout_s: float | None = None,
     reconnect_timeout: float = 5 * 60.0,
+    application_name: str | None = None,
 ) -> ConnectionPool[Any]:
     """Open a pool of read-only autocommit connections. `wait`: fail within `timeout` if the database is
     away; else start anyway (the dashboard shows the outage and recovers). A connection is waited for
     `timeout` at most. `statement_timeout_s`: the server cancels any statement running longer
     (psycopg.errors.QueryCanceled); a transaction may lower it with SET LOCAL. `reconnect_timeout`: how
-    long the pool itself retries a failed connection (with back-off) before leaving it to the next caller."""
+    long the pool itself retries a failed connection (with back-off) before leaving it to the next caller.
+    `application_name`: what pg_stat_activity shows (unless the DSN names one)."""
     options = "" if statement_timeout_s is None else f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
+    named = (
+        {}
+        if application_name is None or "application_name" in conninfo_to_dict(dsn)
+        else {"application_name": application_name}
+    )
     pool: ConnectionPool[Any] = ConnectionPool(
         dsn,
         min_size=1,
@@ -38,7 +46,7 @@ def open_read_pool(
         timeout=timeout,
         reconnect_timeout=reconnect_timeout,
         configure=_read_only,
-        kwargs={"autocommit": True, "options": options, "connect_timeout": max(2, int(timeout))},
+        kwargs={"autocommit": True, "options": options, "connect_timeout": max(2, int(timeout)), **named},
     )
     pool.open(wait=wait, timeout=timeout)
     return pool
