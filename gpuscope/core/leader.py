@@ -1,6 +1,7 @@
 """One collector at a time: whoever holds a PostgreSQL advisory lock on its own connection leads (the
-straggler watch, the alert engine); the others retry, and take over once that connection goes (the
-lock goes with the session, so a crashed leader frees it)."""
+alert engine, the health loop); the others retry, and take over once that connection goes (the lock
+goes with the session, so a crashed leader frees it). A sharded task (the straggler watch) is led shard
+by shard, each by whichever collector holds that shard's lock (core/shards.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+
+from gpuscope.core.shards import ShardLease
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,26 @@ async def lead_when_free(
                 if row and row[0]:
                     log.info("this collector runs the %s", what)
                     await lead(conn)
+        except psycopg.Error as exc:
+            log.warning("%s interrupted (will retry): %s", what, exc)
+        except Exception:  # a bug must not end it for good: log it and start over
+            log.exception("%s failed (will retry)", what)
+        await asyncio.sleep(retry_s)
+
+
+async def lead_shards(
+    dsn: str, base_key: int, lead: Callable[[ShardLease], Awaitable[None]], what: str, retry_s: float
+) -> None:
+    """Forever: join the task's members on a connection of its own and run `lead` with the lease (it
+    rebalances between rounds, core/shards.py) until it fails; log, wait `retry_s`, join again. The
+    shards go with the connection, to the other members."""
+    while True:
+        try:
+            name = f"gpuscope {what} pid {os.getpid()}"
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, application_name=name) as conn:
+                lease = ShardLease(conn, base_key, what)
+                await lease.join()
+                await lead(lease)
         except psycopg.Error as exc:
             log.warning("%s interrupted (will retry): %s", what, exc)
         except Exception:  # a bug must not end it for good: log it and start over
