@@ -18,7 +18,8 @@ from psycopg import AsyncConnection
 
 from gpuscope.collector.api.read_jobs import JobDetailField
 from gpuscope.collector.api.state import DatabaseMetrics
-from gpuscope.core.leader import lead_when_free
+from gpuscope.core.leader import lead_shards, lead_when_free
+from gpuscope.core.shards import ShardLease
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,32 @@ class LeaderTask:
 
 
 @dataclass(frozen=True)
+class ShardedTask:
+    """A loop whose work is split by key (a job, a node) across the collectors running it: each leads the
+    shards it holds (gpuscope/core/shards.py), and calls `lease.rebalance()` between two rounds, then
+    works the keys `lease.owns`. `lead(lease, dsn)` runs on the lease's connection (`lease.conn`)."""
+
+    name: str
+    lock_key: int
+    lead: Callable[[ShardLease, str], Awaitable[None]]
+    retry_s: float
+
+    async def run(self, dsn: str) -> None:
+        """Forever: lead this collector's shards; rejoin when the connection fails."""
+
+        async def lead(lease: ShardLease) -> None:
+            await self.lead(lease, dsn)
+
+        await lead_shards(dsn, self.lock_key, lead, self.name, retry_s=self.retry_s)
+
+
+@dataclass(frozen=True)
 class Part:
     name: str
     # Schema work after the store's migrations and storage layout (views read the tables the layout made).
     prepare: Callable[[str], object] | None = None
     routers: tuple[APIRouter, ...] = ()  # each route checks its own token (collector/api/deps.py)
-    leader_tasks: tuple[LeaderTask, ...] = ()
+    leader_tasks: tuple[LeaderTask | ShardedTask, ...] = ()
     # Its metric families, read from the database at each scrape of /metrics; left out when the read fails.
     metrics: DatabaseMetrics | None = None
     # What it adds to GET /api/v1/jobs/{job_id}, beside the job and its GPUs.
