@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import warnings
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,9 +27,10 @@ import numpy as np
 from psycopg import AsyncConnection, AsyncCursor
 
 from gpuscope.collector.query.timerange import EPOCH
-from gpuscope.stragglers.detector import JobDetector, Settings
+from gpuscope.stragglers.batch import BatchedDetector, DetectorBatch, DetectorBatches
+from gpuscope.stragglers.detector import Settings
 from gpuscope.stragglers.events import Straggler, StragglerEvent, StragglerKey
-from gpuscope.stragglers.readings import Readings
+from gpuscope.stragglers.readings import ReadingRows
 from gpuscope.stragglers.reads import culprit_words
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,7 @@ class _Job:
     gpu_ids: list[int]  # ranks, ordered by node then GPU index
     node_ids: list[int]  # the job's nodes, in rank order
     port_ids: list[int]  # the InfiniBand ports of those nodes, in node order
-    detector: JobDetector
+    detector: BatchedDetector  # a row of its layout's batch (stragglers/batch.py)
     cursor: datetime  # the next bucket to feed
     # The stragglers its detector declared that have not ended, and those that ended since the last store.
     findings: dict[StragglerKey, _Finding] = field(default_factory=dict)
@@ -91,11 +93,15 @@ class StragglerWatch:
         self.settings = settings or Settings(sample_s=SAMPLE.total_seconds())
         self.jobs: dict[str, _Job] = {}
         self._nvlink_errors: dict[int, float] = {}  # gpu_id -> its NVLink error counter at the last bucket fed
+        self._detectors = DetectorBatches(self.settings)
 
-    async def cycle(self, conn: AsyncConnection[Any], now: datetime | None = None) -> int:
-        """Feed every running job's complete buckets to its detector; returns how many stragglers are active."""
+    async def cycle(
+        self, conn: AsyncConnection[Any], now: datetime | None = None, owns: Callable[[str], bool] | None = None
+    ) -> int:
+        """Feed every running job's complete buckets to its detector; returns how many stragglers are active.
+        `owns(job_id)`: whether this watch leads that job (its shard, core/shards.py); None: every job."""
         now = now or datetime.now(UTC)
-        await self._follow_jobs(conn, _bucket(now))
+        await self._follow_jobs(conn, _bucket(now), owns)
         if not self.jobs:
             return 0
         gpu_ids = sorted({g for job in self.jobs.values() for g in job.gpu_ids})
@@ -105,15 +111,16 @@ class StragglerWatch:
         if start >= end:
             return 0
         gpus, ports = await self._samples(conn, start, end, gpu_ids)
-        for job_id, job in self.jobs.items():
-            self._feed(job, gpus, ports, complete[job_id])
+        self._feed(gpus, ports, complete)
         self._name_aggressors()
         for job_id, job in self.jobs.items():
             await self._store(conn, job_id, job)
             await self._store_model(conn, job_id, job, now)
         return sum(job.active is not None for job in self.jobs.values())
 
-    async def _follow_jobs(self, conn: AsyncConnection[Any], end: datetime) -> None:
+    async def _follow_jobs(
+        self, conn: AsyncConnection[Any], end: datetime, owns: Callable[[str], bool] | None = None
+    ) -> None:
         cur = await conn.execute(
             "SELECT a.job_id, array_agg(a.gpu_id ORDER BY n.cluster, n.name, g.gpu_index),"
             "       array_agg(a.node_id ORDER BY n.cluster, n.name, g.gpu_index), min(a.started_at), min(n.cluster)"
@@ -122,7 +129,11 @@ class StragglerWatch:
             # clocks are shared with other jobs' slices.
             " WHERE a.ended_at IS NULL AND a.mig_id IS NULL GROUP BY a.job_id"
         )
-        running = {job_id: tuple(rest) for job_id, *rest in await cur.fetchall()}
+        everywhere = {job_id: tuple(rest) for job_id, *rest in await cur.fetchall()}
+        running = everywhere if owns is None else {job: rest for job, rest in everywhere.items() if owns(job)}
+        for job_id in set(self.jobs) & set(everywhere) - set(running):
+            # Its shard went to another collector: the job goes on there, replayed; it is not finished.
+            del self.jobs[job_id]
         cur = await conn.execute(
             "SELECT node_id, array_agg(port_id ORDER BY device, port) FROM ib_port WHERE node_id = ANY(%s)"
             " GROUP BY node_id",
@@ -140,10 +151,9 @@ class StragglerWatch:
             if known is not None:  # the job grew or shrank, or a port appeared: its baselines no longer apply
                 await self._finish(conn, job_id, end)
             position = {node: n for n, node in enumerate(node_ids)}
-            detector = JobDetector.for_ranks(
-                np.array([position[node] for node in nodes]),
-                self.settings,
-                port_node=np.array([position[node] for node in node_ids for _ in ports_of.get(node, [])], dtype=int),
+            detector = self._detectors.add(
+                [position[node] for node in nodes],
+                [position[node] for node in node_ids for _ in ports_of.get(node, [])],
             )
             cursor = _bucket(max(started, end - REPLAY))
             self.jobs[job_id] = _Job(cluster, gpus, node_ids, port_ids, detector, cursor)
@@ -207,52 +217,79 @@ class StragglerWatch:
         )
         return gpus, await _Grid.read(cur, "port_id", start, end)
 
-    def _feed(self, job: _Job, gpus: _Grid, ports: _Grid, end: datetime) -> None:
-        if end <= job.cursor:
-            return
-        gpu = gpus.take(job.gpu_ids, job.cursor, end)
-        port = ports.take(job.port_ids, job.cursor, end)
-        # Tensor activity is the work done; SM activity how busy the GPU was, and the work's stand-in on
-        # GPUs without profiling counters for tensor cores.
-        tensor, sm = gpu["tensor_active_pct"], gpu["sm_active_pct"]
-        has_tensor = np.isfinite(tensor).any() or not np.isfinite(sm).any()
-        work = tensor if has_tensor else sm
-        first = job.cursor.timestamp()
-        _follow_traffic(job, port["xmit_bytes_per_s"])
-        nvlink = self._nvlink_rates(job.gpu_ids, gpu["nvlink_errors"])
-        for step in range(work.shape[1]):
-            # A bucket's time to the detector is its end: the time of the last sample in it, as a
-            # sample's own time is the end of the interval it covers.
-            readings = Readings(
-                first + (step + 1) * SAMPLE.total_seconds(),
-                work=work[:, step],
-                util_pct=gpu["util_pct"][:, step],
-                sm_clock_mhz=gpu["sm_clock_mhz"][:, step],
-                clock_event_reasons=gpu["clock_event_reasons"][:, step],
-                xmit_wait_per_s=port["xmit_wait_per_s"][:, step],
-                link_gbps=port["rate_gbps"][:, step],
-                xmit_bytes_per_s=port["xmit_bytes_per_s"][:, step],
-                sm_active_pct=sm[:, step] if has_tensor else None,
-                power_w=gpu["power_w"][:, step],
-                nvlink_errors_per_s=nvlink[:, step],
-            )
-            job.follow(job.detector.update(readings))
-        job.cursor = end
+    def _feed(self, gpus: _Grid, ports: _Grid, complete: Mapping[str, datetime]) -> None:
+        """Each job's complete buckets since its cursor, to its detector: the jobs of one layout together,
+        bucket by bucket (stragglers/batch.py), so the cycle's cost is numpy's per bucket and layout, not
+        per job."""
+        self._detectors.keep(job.detector for job in self.jobs.values())  # however a job stopped being followed
+        fed: dict[int, list[tuple[_Job, datetime]]] = {}
+        for job_id, job in self.jobs.items():
+            if complete[job_id] > job.cursor:
+                fed.setdefault(id(job.detector.batch), []).append((job, complete[job_id]))
+        for jobs in fed.values():
+            self._feed_batch(jobs, gpus, ports)
 
-    def _nvlink_rates(self, gpu_ids: list[int], counters: np.ndarray) -> np.ndarray:
-        """NVLink errors per second per GPU and bucket, from the counters at each bucket and the last one
-        fed before (a counter lower than the one before was reset: no rate)."""
-        before = np.array([self._nvlink_errors.get(g, np.nan) for g in gpu_ids])
+    def _feed_batch(self, fed: list[tuple[_Job, datetime]], gpus: _Grid, ports: _Grid) -> None:
+        """Jobs of one layout (one batch), each to the end of its complete buckets."""
+        jobs = [job for job, _ in fed]
+        start, end = min(job.cursor for job in jobs), max(until for _, until in fed)
+        buckets = np.arange(round((end - start) / SAMPLE))
+        first = np.array([round((job.cursor - start) / SAMPLE) for job in jobs])
+        until = np.array([round((done - start) / SAMPLE) for _, done in fed])
+        window = (buckets >= first[:, None]) & (buckets < until[:, None])  # (job, bucket): the job's to feed
+        gpu = gpus.take_rows([job.gpu_ids for job in jobs], start, end)
+        port = ports.take_rows([job.port_ids for job in jobs], start, end)
+        # Tensor activity is the work done; SM activity how busy the GPU was, and the work's stand-in on
+        # GPUs without profiling counters for tensor cores (decided per job over the buckets it is fed).
+        tensor, sm, inside = gpu["tensor_active_pct"], gpu["sm_active_pct"], window[:, None, :]
+        has_tensor = (np.isfinite(tensor) & inside).any(axis=(1, 2)) | ~(np.isfinite(sm) & inside).any(axis=(1, 2))
+        work = np.where(has_tensor[:, None, None], tensor, sm)
+        sm_active = np.where(has_tensor[:, None, None], sm, np.nan)  # NaN: what a job without it reads
+        # A bucket's time to the detector is its end: the time of the last sample in it, as a sample's
+        # own time is the end of the interval it covers.
+        times = start.timestamp() + (buckets + 1) * SAMPLE.total_seconds()
+        _follow_traffic(jobs, times, window, port["xmit_bytes_per_s"])
+        nvlink = self._nvlink_rates(jobs, np.where(inside, gpu["nvlink_errors"], np.nan))
+        batch: DetectorBatch = jobs[0].detector.batch
+        rows = np.array([job.detector.row for job in jobs])
+        job_of = {job.detector.row: job for job in jobs}
+        for step in buckets:
+            live = window[:, step]
+            if not live.any():
+                continue
+            readings = ReadingRows(
+                float(times[step]),
+                work=work[live, :, step],
+                util_pct=gpu["util_pct"][live, :, step],
+                sm_clock_mhz=gpu["sm_clock_mhz"][live, :, step],
+                clock_event_reasons=gpu["clock_event_reasons"][live, :, step],
+                sm_active_pct=sm_active[live, :, step],
+                power_w=gpu["power_w"][live, :, step],
+                nvlink_errors_per_s=nvlink[live, :, step],
+                xmit_wait_per_s=port["xmit_wait_per_s"][live, :, step],
+                link_gbps=port["rate_gbps"][live, :, step],
+                xmit_bytes_per_s=port["xmit_bytes_per_s"][live, :, step],
+            )
+            for row, events in batch.update(rows[live], readings).items():
+                job_of[row].follow(events)
+        for job, done in fed:
+            job.cursor = done
+
+    def _nvlink_rates(self, jobs: list[_Job], counters: np.ndarray) -> np.ndarray:
+        """NVLink errors per second per job, GPU and bucket, from the counters at each bucket (NaN outside the
+        job's buckets to feed) and the last one fed before (a counter lower than the one before was reset:
+        no rate)."""
+        gpu_ids = [g for job in jobs for g in job.gpu_ids]
+        before = np.array([self._nvlink_errors.get(g, np.nan) for g in gpu_ids]).reshape(counters.shape[:2])
         # Carry the last reading over buckets a GPU missed, so a dropped sample loses no errors.
-        filled = np.hstack([before[:, None], counters])
-        for step in range(1, filled.shape[1]):
-            missing = ~np.isfinite(filled[:, step])
-            filled[missing, step] = filled[missing, step - 1]
-        rates = np.diff(filled, axis=1) / SAMPLE.total_seconds()
+        filled = np.concatenate([before[..., None], counters], axis=2)
+        for step in range(1, filled.shape[2]):
+            filled[..., step] = np.where(np.isfinite(filled[..., step]), filled[..., step], filled[..., step - 1])
+        rates = np.diff(filled, axis=2) / SAMPLE.total_seconds()
         rates[rates < 0] = np.nan
-        for g, last in zip(gpu_ids, filled[:, -1], strict=True):
+        for g, last in zip(gpu_ids, filled[..., -1].ravel().tolist(), strict=True):
             if math.isfinite(last):
-                self._nvlink_errors[g] = float(last)
+                self._nvlink_errors[g] = last
         return rates
 
     async def _store(self, conn: AsyncConnection[Any], job_id: str, job: _Job) -> None:
@@ -376,10 +413,16 @@ class _Grid:
         self.row_of = {k: i for i, k in enumerate(dict.fromkeys(row[key_at] for row in rows))}
         # One row more than there are ids: the row of an id without samples, NaN throughout.
         self.data = np.full((len(value_at), len(self.row_of) + 1, int((end - start) / SAMPLE)), np.nan)
-        for row in rows:
-            step = round((row[bucket_at] - start) / SAMPLE)
-            if 0 <= step < self.data.shape[2]:
-                self.data[:, self.row_of[row[key_at]], step] = [np.nan if row[i] is None else row[i] for i in value_at]
+        if not rows:
+            return
+        # Column by column, not row by row: a cycle reads a row per GPU and per port of the fleet.
+        by_column = list(zip(*rows, strict=True))
+        step_of = {bucket: round((bucket - start) / SAMPLE) for bucket in set(by_column[bucket_at])}
+        ids = np.fromiter((self.row_of[k] for k in by_column[key_at]), np.intp, len(rows))
+        steps = np.fromiter((step_of[bucket] for bucket in by_column[bucket_at]), np.intp, len(rows))
+        values = np.array([by_column[i] for i in value_at], dtype=float)  # None reads NaN
+        kept = (steps >= 0) & (steps < self.data.shape[2])
+        self.data[:, ids[kept], steps[kept]] = values[:, kept]
 
     @classmethod
     async def read(cls, cur: AsyncCursor[Any], key: str, start: datetime, end: datetime) -> _Grid:
@@ -387,21 +430,25 @@ class _Grid:
         assert cur.description is not None
         return cls([column.name for column in cur.description], await cur.fetchall(), key, start, end)
 
-    def take(self, keys: list[int], start: datetime, end: datetime) -> Mapping[str, np.ndarray]:
-        """Per value column, the rows of `keys` (in that order) from `start` to `end`."""
-        rows = [self.row_of.get(key, -1) for key in keys]
+    def take_rows(self, keys: list[list[int]], start: datetime, end: datetime) -> Mapping[str, np.ndarray]:
+        """Per value column, (job, id, bucket): each job's rows of its `keys` (as many for each job, in that
+        order) from `start` to `end`."""
+        rows = np.array([[self.row_of.get(key, -1) for key in job] for job in keys], dtype=np.intp)
         first = round((start - self.start) / SAMPLE)
         block = self.data[:, rows, first : first + round((end - start) / SAMPLE)]
         return dict(zip(self.names, block, strict=True))
 
 
-def _follow_traffic(job: _Job, sent: np.ndarray) -> None:
-    """The job's mean bytes per second per port, sample by sample, into its history."""
-    first = job.cursor.timestamp()
-    for step in range(sent.shape[1]):
-        column = sent[:, step]
-        if np.isfinite(column).any():
-            job.sent.append((first + (step + 1) * SAMPLE.total_seconds(), float(np.nanmean(column))))
+def _follow_traffic(jobs: list[_Job], times: np.ndarray, window: np.ndarray, sent: np.ndarray) -> None:
+    """Each job's mean bytes per second per port (`sent`: job, port, bucket), bucket by bucket over its
+    `window`, into its history."""
+    by_bucket = np.ascontiguousarray(sent.transpose(0, 2, 1))  # each bucket's ports side by side, as one job's
+    seen = np.isfinite(by_bucket).any(axis=2) & window
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a bucket without traffic: NaN, not kept
+        means = np.nanmean(by_bucket, axis=2)
+    for job, kept, mean in zip(jobs, seen, means, strict=True):
+        job.sent.extend(zip(times[kept].tolist(), mean[kept].tolist(), strict=True))
 
 
 def _traffic_rise(job: _Job, since_s: float) -> float:

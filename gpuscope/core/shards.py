@@ -5,10 +5,11 @@ collector that dies frees its shards with its connection, and the others take th
 rebalance.
 
 Balance without a coordinator: every collector running the task holds a shared lock on the task's
-membership key, so each can count the members in pg_locks; each holds at most ceil(SHARDS / members)
-shards, gives back the excess, and takes free ones up to that share. k collectors thus each carry about
-1/k of the work; a member that joins is given shards as the others shed them, one that leaves has its
-shards taken within one rebalance interval.
+membership key, so each can list the members in pg_locks, in the same order (by backend pid). Each one's
+share is SHARDS // members, one more for the first SHARDS % members of them: the shares add up to SHARDS.
+Each gives back what it holds beyond its share and takes free shards up to it. k collectors thus carry
+1/k of the work each (16 over 3: 6, 5, 5); a member that joins is given shards as the others shed them,
+one that leaves has its shards taken within one rebalance interval.
 
 Shard of a key: CRC-32 of its text, modulo SHARDS: the same in every process and every Python (unlike
 hash()), so all collectors agree on who owns what.
@@ -17,7 +18,6 @@ hash()), so all collectors agree on who owns what.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import zlib
 from typing import Any
@@ -56,8 +56,11 @@ class ShardLease:
         """Give back shards beyond this member's share and take free ones up to it; the shards held now.
         Call it between two rounds of the task's work, never during one: a shard given back mid-round
         would be worked by two collectors at once."""
-        self.members = max(1, await self._count_members())
-        share = math.ceil(self.shards / self.members)
+        members = await self._members()
+        self.members = max(1, len(members))
+        pid = self.conn.info.backend_pid
+        rank = members.index(pid) if pid in members else 0
+        share = self.shards // self.members + (1 if rank < self.shards % self.members else 0)
         held = set(self.held)
         for shard in sorted(held)[share:]:  # the excess, highest first given back
             await self.conn.execute("SELECT pg_advisory_unlock(%s)", (self._key(shard),))
@@ -82,15 +85,15 @@ class ShardLease:
         self.held = frozenset(held)
         return self.held
 
-    async def _count_members(self) -> int:
+    async def _members(self) -> list[int]:
+        """The backend pids of the task's members, in order."""
         cur = await self.conn.execute(
-            "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+            "SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
             " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND ((classid::bigint << 32) | objid::bigint) = %s",
+            " AND ((classid::bigint << 32) | objid::bigint) = %s ORDER BY pid",
             (self.base_key,),
         )
-        row = await cur.fetchone()
-        return int(row[0]) if row else 1
+        return [int(row[0]) for row in await cur.fetchall()]
 
     def _key(self, shard: int) -> int:
         return self.base_key + 1 + shard
