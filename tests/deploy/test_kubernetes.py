@@ -20,7 +20,7 @@ WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet"}
 RBAC = "rbac.authorization.k8s.io/v1"
 KNOWN = {("v1", "Namespace"), ("v1", "Service"), ("v1", "ServiceAccount"), ("apps/v1", "Deployment"),
          ("apps/v1", "DaemonSet"), ("apps/v1", "StatefulSet"), (RBAC, "ClusterRole"),
-         (RBAC, "ClusterRoleBinding")}  # fmt: skip
+         (RBAC, "ClusterRoleBinding"), ("acid.zalan.do/v1", "postgresql")}  # fmt: skip
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}  # kustomize gives them no namespace
 NAMESPACE = "gpuscope"  # kustomization.yaml's namespace: where the exporter's ServiceAccount lives
 # The default of the exporter's --pod-resources-socket (gpuscope/cli.py), written out here so that a change
