@@ -29,7 +29,7 @@ import psycopg
 from gpuscope.alerts import views
 from gpuscope.alerts.rules import default_rules_text, parse_rules
 from gpuscope.bench import alerts as alerts_bench
-from gpuscope.bench import health_evidence, ingest, stragglers_cycle
+from gpuscope.bench import health_evidence, ingest, stragglers_cycle, stragglers_shards
 from gpuscope.bench.scale_fleet import GPUS_PER_NODE, STEP_S, Fleet, create, start_jobs, write
 from gpuscope.bench.scale_load import Timeline, load, make_partitions, refresh, roll_up
 from gpuscope.bench.scale_reads import time_pages
@@ -46,9 +46,12 @@ JOBS_STARTED_S = 180  # before the watch's first cycle: it replays this much (25
 ROLLUP_INTERVAL_S = 60.0  # collector/main.py: maintenance rolls up once a minute
 
 
-def run(gpus: int = 100_000, budget_s: float = LOAD_BUDGET_S, skip_ingest: bool = False) -> dict[str, Any]:
+def run(
+    gpus: int = 100_000, budget_s: float = LOAD_BUDGET_S, skip_ingest: bool = False, collectors: int = 1
+) -> dict[str, Any]:
+    """`collectors`: the straggler watch split over that many processes, each leading its shards."""
     with throwaway_postgres("gpuscope-bench-scale-") as pg:
-        figures = measure(pg.dsn, gpus, budget_s)
+        figures = measure(pg.dsn, gpus, budget_s, collectors=collectors)
     ingest_rows_per_s = None if skip_ingest else float(ingest.run()["rows_per_s"])
     return summary(figures, ingest_rows_per_s)
 
@@ -62,6 +65,7 @@ def measure(
     alert_cycles: int = 5,
     health_minutes: int = 3,
     dashboard_runs: int = 5,
+    collectors: int = 1,
 ) -> dict[str, Any]:
     """The fleet loaded into `dsn` (an empty database; the schema is applied here), then every cycle timed."""
     migrate(dsn)
@@ -92,7 +96,7 @@ def measure(
             **_storage(empty, _sizes(conn), timeline, fleet),
         }
         phases: dict[str, Callable[[], dict[str, Any]]] = {
-            "stragglers": lambda: _stragglers(conn, dsn, fleet, timeline, straggler_cycles),
+            "stragglers": lambda: _stragglers(conn, dsn, fleet, timeline, straggler_cycles, collectors),
             "alerts": lambda: _alerts(dsn, alert_cycles),
             "health": lambda: _health(dsn, timeline.now, health_minutes),
             "dashboard": lambda: time_pages(dsn, dashboard_runs),
@@ -112,7 +116,7 @@ def measure(
 
 
 def _stragglers(
-    conn: psycopg.Connection[Any], dsn: str, fleet: Fleet, timeline: Timeline, cycles: int
+    conn: psycopg.Connection[Any], dsn: str, fleet: Fleet, timeline: Timeline, cycles: int, collectors: int = 1
 ) -> dict[str, Any]:
     now = timeline.now + timedelta(seconds=STEP_S)  # the next sample's time: everything before it is stored
     start_jobs(conn, fleet, now - timedelta(seconds=JOBS_STARTED_S))
@@ -122,12 +126,21 @@ def _stragglers(
             timeline.rows += write(loader, fleet, np.array([bucket.timestamp()]))
             timeline.newest = max(timeline.newest, bucket.timestamp())
 
-    found = asyncio.run(stragglers_cycle.measure(dsn, now, arrive, cycles))
+    if collectors > 1:
+        found = stragglers_shards.measure(dsn, now, arrive, cycles, collectors)
+        sharded = {key: found[key] for key in ("jobs_per_collector", "shards_per_collector", "straggler_shard_cycle_s")}
+    else:
+        found, sharded = asyncio.run(stragglers_cycle.measure(dsn, now, arrive, cycles)), {}
+    interval = CollectorSettings.model_fields["straggler_interval_s"].default
     return {
         "straggler_jobs": found["jobs"],
+        # With K collectors, the slowest of them in each cycle (they run at once), against 5 s / K.
+        "straggler_collectors": collectors,
         "straggler_cycle_s": found["straggler_cycle_max_s"],
         "straggler_cycle_p50_s": found["straggler_cycle_s"],
-        "straggler_interval_s": CollectorSettings.model_fields["straggler_interval_s"].default,
+        "straggler_interval_s": interval,
+        "straggler_target_s": round(interval / collectors, 3),
+        **sharded,
         "straggler_replay_s": found["replay_s"],
         "straggler_replay_minutes": JOBS_STARTED_S / 60,
         "straggler_jobs_fed_to_the_last_bucket": found["jobs_fed_to_the_last_bucket"],
@@ -202,7 +215,7 @@ def _count_samples(conn: psycopg.Connection[Any]) -> int:
 HEADLINE = (
     ("overview_ms", "overview_interval_ms"),
     ("heatmap_ms", "heatmap_interval_ms"),
-    ("straggler_cycle_s", "straggler_interval_s"),
+    ("straggler_cycle_s", "straggler_target_s"),
     ("alert_cycle_s", "alert_interval_s"),
     ("health_cycle_s", "health_interval_s"),
     ("rollup_s_per_minute", "rollup_interval_s"),

@@ -45,3 +45,18 @@ def test_the_scale_bench_runs_small(dsn: str) -> None:
     assert headline["all_fit"] == all(value for key, value in headline.items() if key.endswith("_fits"))
     assert summary(figures, ingest_rows_per_s=16.0)["all_fit"] is False  # half the fleet's 32 rows/s
     assert "ingest_headroom" not in summary(figures, None)
+
+
+def test_the_straggler_watch_sharded_over_two_processes(dsn: str) -> None:
+    """`--collectors 2`: two worker processes, each leading 8 of the 16 shards, together follow every job
+    once; the figure is the slower of the two per cycle, against half the interval."""
+    figures = measure(
+        dsn, gpus=320, budget_s=0, min_minutes=20, straggler_cycles=3, alert_cycles=1, health_minutes=1,
+        dashboard_runs=1, collectors=2,
+    )  # fmt: skip
+    assert figures["straggler_collectors"] == 2 and figures["shards_per_collector"] == [8, 8]
+    assert sum(figures["jobs_per_collector"]) == figures["straggler_jobs"] == figures["jobs"] == 32
+    assert min(figures["jobs_per_collector"]) > 0
+    assert len(figures["straggler_shard_cycle_s"]) == 2
+    assert figures["straggler_target_s"] == figures["straggler_interval_s"] / 2
+    assert 0 < figures["straggler_cycle_p50_s"] <= figures["straggler_cycle_s"]
