@@ -1,6 +1,12 @@
 """The alert engine: evaluates each rule group on its interval, keeps alert states, queues
-notifications and delivers them. One engine is active across collector replicas: the one holding
-the advisory lock on its own connection; the others wait to take over when that connection goes.
+notifications and delivers them.
+
+Across collector replicas the work is sharded by rule group (core/shards.py): each engine evaluates the
+groups of the shards it holds, and the holder of shard 0 also queues and delivers the notifications,
+over every group's alerts as stored (routing groups alerts of several rules together, and inhibition
+looks across them). An engine that takes a shard over picks its alerts up from the database, their
+`for:` clocks included; queueing is one transaction over the groups' bookkeeping (dispatch.py), so a
+notification is neither lost nor repeated when the dispatcher changes.
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ from gpuscope.alerts.evaluate import RuleResult, evaluate_group
 from gpuscope.alerts.facts import rack_facts
 from gpuscope.alerts.rules import Group
 from gpuscope.alerts.state import Instance
+from gpuscope.core.shards import ShardLease
 
 log = logging.getLogger(__name__)
 
-LOCK_KEY = 0x67707573636F7066  # "gpuscopf": the alert evaluator (the straggler watch has its own)
+LOCK_KEY = 0x67707573636F7066  # "gpuscopf": the alert engines' shard lease (the straggler watch has its own)
+DISPATCH_SHARD = 0  # its holder queues and delivers the notifications
+REBALANCE_S = 1.0  # how often an engine looks at its shards (between evaluations, never during one)
 RESOLVED_IN_MEMORY = dt.timedelta(hours=6)  # long enough to announce them at any sane group_interval
 HISTORY = dt.timedelta(days=30)  # resolved alerts and finished notifications kept this long
 
@@ -121,40 +130,75 @@ class AlertEngine:
         """How often a follower tries to take over."""
         return max(self.tick_s * 4, 1.0)
 
-    async def lead(self, conn: AsyncConnection[Any], dsn: str) -> None:
-        """Run as the one engine, on the leader's connection `conn`, until it fails (alerts/part.py)."""
-        await self.load(conn)
-        deliverer = asyncio.create_task(self._deliver(dsn), name="alert-delivery")
-        # Each evaluation is stamped with its scheduled time, as in Prometheus: `for: 3m` at a 1m
-        # interval then fires on exactly the third evaluation, whatever the jitter of the loop.
-        next_due = {g.name: _now() for g in self.groups}
-        last_cleanup = last_notify = -math.inf
+    async def lead_shards(self, lease: ShardLease, dsn: str) -> None:
+        """Run as one of the engines (alerts/part.py): evaluate the groups of the shards `lease` holds,
+        and, while it holds DISPATCH_SHARD, queue and deliver every group's notifications."""
+        conn = lease.conn
+        known = {(g.name, r.alert) for g in self.groups for r in g.rules}
+        async with conn.transaction():  # every engine does it; the second finds nothing left to resolve
+            await store.resolve_unknown_rules(conn, known, _now())
+        held: frozenset[int] | None = None
+        next_due: dict[str, dt.datetime] = {}
+        deliverer: asyncio.Task[None] | None = None
+        last_balance = last_cleanup = last_notify = -math.inf
         try:
             while True:
-                if deliverer.done():
+                if time.monotonic() - last_balance >= REBALANCE_S:
+                    last_balance = time.monotonic()
+                    if (now_held := await lease.rebalance()) != held:
+                        held = now_held
+                        await self._adopt(conn, lease)
+                        next_due = {g.name: next_due.get(g.name, _now()) for g in self.groups if lease.owns(g.name)}
+                    dispatching = DISPATCH_SHARD in held
+                    if dispatching and deliverer is None:
+                        deliverer = asyncio.create_task(self._deliver(dsn), name="alert-delivery")
+                    elif not dispatching and deliverer is not None:
+                        deliverer.cancel()
+                        await asyncio.gather(deliverer, return_exceptions=True)
+                        deliverer = None
+                if deliverer is not None and deliverer.done():
                     deliverer.result()  # re-raise what ended it
-                evaluated = False
-                for group in self.groups:
-                    scheduled = next_due[group.name]
-                    now = _now()
-                    if now >= scheduled:
-                        interval = dt.timedelta(seconds=group.interval_s)
-                        next_due[group.name] = scheduled + interval
-                        if next_due[group.name] <= now:  # fell behind: skip the missed runs
-                            scheduled, next_due[group.name] = now, now + interval
-                        await self.evaluate(conn, group, scheduled)
-                        evaluated = True
-                # After each evaluation, and once a second for group_wait and group_interval timers.
-                if evaluated or time.monotonic() - last_notify >= 1.0:
-                    await self.notify(conn)
-                    last_notify = time.monotonic()
-                if time.monotonic() - last_cleanup > 3600:
-                    await self._cleanup(conn)
-                    last_cleanup = time.monotonic()
+                evaluated = await self._evaluate_due(conn, next_due)
+                if deliverer is not None:
+                    if evaluated or time.monotonic() - last_notify >= 1.0:
+                        await self.notify_stored(conn)
+                        last_notify = time.monotonic()
+                    if time.monotonic() - last_cleanup > 3600:
+                        await self._cleanup(conn)
+                        last_cleanup = time.monotonic()
                 await asyncio.sleep(self.tick_s)
         finally:
-            deliverer.cancel()
-            await asyncio.gather(deliverer, return_exceptions=True)
+            if deliverer is not None:
+                deliverer.cancel()
+                await asyncio.gather(deliverer, return_exceptions=True)
+
+    async def _adopt(self, conn: AsyncConnection[Any], lease: ShardLease) -> None:
+        """The alerts of the groups this engine now evaluates, as stored; none of the others'."""
+        stored = await store.load_instances(conn)
+        self.instances = {fp: i for fp, i in stored.items() if lease.owns(i.rule_group)}
+        self._stored = dict(self.instances)
+
+    async def _evaluate_due(self, conn: AsyncConnection[Any], next_due: dict[str, dt.datetime]) -> bool:
+        """Evaluate the groups in `next_due` whose time has come; whether any was."""
+        evaluated = False
+        for group in self.groups:
+            if group.name not in next_due:
+                continue
+            scheduled, now = next_due[group.name], _now()
+            if now >= scheduled:
+                interval = dt.timedelta(seconds=group.interval_s)
+                next_due[group.name] = scheduled + interval
+                if next_due[group.name] <= now:  # fell behind: skip the missed runs
+                    scheduled, next_due[group.name] = now, now + interval
+                await self.evaluate(conn, group, scheduled)
+                evaluated = True
+        return evaluated
+
+    async def notify_stored(self, conn: AsyncConnection[Any], now: dt.datetime | None = None) -> int:
+        """Queue the notifications due over every engine's alerts, as stored."""
+        if self.config is None:
+            return 0
+        return await dispatch(conn, await store.load_instances(conn), self.config, now or _now())
 
     async def _deliver(self, dsn: str) -> None:
         if self.config is None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from gpuscope.alerts import api, views
 from gpuscope.alerts.engine import LOCK_KEY, AlertEngine
-from gpuscope.collector.parts import LeaderTask, Part
+from gpuscope.collector.parts import Part, ShardedTask
 
 
 def alerts_part(engine: AlertEngine | None) -> Part:
-    """Every collector serves the alerting API over the views; only one with an engine may evaluate."""
-    tasks = () if engine is None else (LeaderTask("alert engine", LOCK_KEY, engine.lead, engine.retry_s()),)
+    """Every collector serves the alerting API over the views; those with an engine share the rule groups'
+    evaluation by shard, and one of them queues and delivers (alerts/engine.py)."""
+    tasks = () if engine is None else (ShardedTask("alert engine", LOCK_KEY, engine.lead_shards, engine.retry_s()),)
     return Part(name="alerts", prepare=views.apply, routers=(api.router,), leader_tasks=tasks)

@@ -1,5 +1,6 @@
-"""Two engines on one database (two collector replicas): one evaluates and notifies; when it goes,
-the other takes over within seconds, and the firing alert is announced once in all."""
+"""Two engines on one database (two collector replicas): one evaluates the (single) rule group and one
+notifies; when the one that does both goes, the other takes over within seconds, and the firing alert is
+announced once in all."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import psycopg
 
 from gpuscope.alerts import views
 from gpuscope.alerts.config import parse_notify_config
-from gpuscope.alerts.engine import LOCK_KEY, AlertEngine
+from gpuscope.alerts.engine import DISPATCH_SHARD, LOCK_KEY, AlertEngine
 from gpuscope.alerts.part import alerts_part
 from gpuscope.alerts.rules import parse_rules
+from gpuscope.core.shards import shard_of
 from tests.alerts.receiver import ChatReceiver
 from tests.alerts.rules import HOT
 from tests.alerts.telemetry import add_node, gpu_sample
@@ -36,12 +38,12 @@ def test_one_engine_leads_and_another_takes_over(dsn: str) -> None:
                 row = conn.execute("SELECT extract(epoch FROM max(evaluated_at)) FROM alert_rule_status").fetchone()
             return float(row[0]) if row and row[0] is not None else 0.0
 
-        def lock_holders() -> int:
+        def lock_holders(shard: int) -> int:
             with psycopg.connect(dsn) as conn:
                 row = conn.execute(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
                     " AND ((classid::bigint << 32) | objid::bigint) = %s",
-                    (LOCK_KEY,),
+                    (LOCK_KEY + 1 + shard,),
                 ).fetchone()
             return int(row[0]) if row else 0
 
@@ -56,10 +58,11 @@ def test_one_engine_leads_and_another_takes_over(dsn: str) -> None:
             try:
                 await asyncio.to_thread(receiver.wait_for, "/hook", 1)
                 second = engine()
-                # Something that must NOT happen: the second engine taking the lock too, in a window of
-                # several of its attempts (one a second).
+                # Something that must NOT happen: the second engine taking a shard already held, in a
+                # window of several of its rebalances (one a second).
                 await asyncio.sleep(2.5)
-                assert await asyncio.to_thread(lock_holders) == 1, "exactly one engine holds the lock"
+                for shard in (DISPATCH_SHARD, shard_of("g")):
+                    assert await asyncio.to_thread(lock_holders, shard) == 1, f"one engine holds shard {shard}"
                 first.cancel()  # the leading collector goes away
                 await asyncio.gather(first, return_exceptions=True)
                 gone = time.time()

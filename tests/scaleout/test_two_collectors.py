@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gpuscope.alerts.engine import LOCK_KEY
+from gpuscope.alerts.engine import DISPATCH_SHARD, LOCK_KEY
 from gpuscope.core.listen import free_loopback_port
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
 from gpuscope.exporter.sim import JobSchedule, SimNodeSource, build_topology
@@ -38,12 +38,13 @@ def start_collector(dsn: str, port: int, tmp_path: Path, notify: Path) -> subpro
 
 
 def leader_pid(dsn: str) -> int | None:
-    """The process whose connection holds the alert lock (collectors name their connections)."""
+    """The process whose connection holds the alert engines' dispatch shard: it queues and delivers
+    (collectors name their connections)."""
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
             " WHERE l.locktype = 'advisory' AND l.granted AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
-            (LOCK_KEY,),
+            (LOCK_KEY + 1 + DISPATCH_SHARD,),
         ).fetchone()
     return int(row[0].rsplit(" ", 1)[1]) if row else None
 
