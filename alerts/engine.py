@@ -110,13 +110,16 @@ class AlertEngine:
     async def notify(self, conn: AsyncConnection[Any], now: dt.datetime | None = None) -> int:
         """Queue the notifications due (nothing without a notification config)."""
         now = now or _now()
+        self._forget_resolved(now)
+        if self.config is None:
+            return 0
+        return await dispatch(conn, self.instances, self.config, now)
+
+    def _forget_resolved(self, now: dt.datetime) -> None:
         for fp, inst in list(self.instances.items()):
             if inst.state == "resolved" and inst.resolved_at and now - inst.resolved_at > RESOLVED_IN_MEMORY:
                 del self.instances[fp]
                 self._stored.pop(fp, None)
-        if self.config is None:
-            return 0
-        return await dispatch(conn, self.instances, self.config, now)
 
     async def cycle(self, conn: AsyncConnection[Any], now: dt.datetime | None = None) -> list[RuleResult]:
         """Evaluate every group once and queue what is due (tests and the benchmark drive this)."""
@@ -159,13 +162,14 @@ class AlertEngine:
                 if deliverer is not None and deliverer.done():
                     deliverer.result()  # re-raise what ended it
                 evaluated = await self._evaluate_due(conn, next_due)
-                if deliverer is not None:
-                    if evaluated or time.monotonic() - last_notify >= 1.0:
+                if evaluated or time.monotonic() - last_notify >= 1.0:
+                    self._forget_resolved(_now())
+                    if deliverer is not None:
                         await self.notify_stored(conn)
-                        last_notify = time.monotonic()
-                    if time.monotonic() - last_cleanup > 3600:
-                        await self._cleanup(conn)
-                        last_cleanup = time.monotonic()
+                    last_notify = time.monotonic()
+                if deliverer is not None and time.monotonic() - last_cleanup > 3600:
+                    await self._cleanup(conn)
+                    last_cleanup = time.monotonic()
                 await asyncio.sleep(self.tick_s)
         finally:
             if deliverer is not None:
