@@ -24,10 +24,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from psycopg import AsyncConnection
 
+from gpuscope.core.shards import SHARDS, shard_of
 from gpuscope.health import store
 from gpuscope.health.evidence import find_evidence
 from gpuscope.health.model import Actor, Evidence, Severity, State, Transition
@@ -45,7 +46,27 @@ OVERLAP = timedelta(seconds=60)
 HELD_BY_SCHEDULER = "scheduler: "  # a hold gpuscope inferred from the scheduler, lifted by it too
 WAITING = " | waiting: "  # a drained node's reason, then what keeps it from validation
 WOULD_DRAIN = "would drain (dry run: nothing drained): "  # a dry run's unhealthy node, its drain recorded
-LOCK_KEY = 0x67706865616C7468  # "gphealth": the one active health loop across collector replicas
+# "gphealth": the health loop's shard leases (core/shards.py): LOCK_KEY itself is its members' shared key,
+# which also keeps out an older collector leading the whole loop alone under this key (and waits for it).
+LOCK_KEY = 0x67706865616C7468
+
+
+class NodeShards(Protocol):
+    """The shards of nodes one loop leads (a ShardLease): node N is in shard shard_of(str(N), shards)."""
+
+    @property
+    def held(self) -> frozenset[int]: ...
+
+    @property
+    def shards(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class EveryNode:
+    """Every shard: one loop alone leads the whole fleet."""
+
+    held: frozenset[int] = frozenset(range(SHARDS))
+    shards: int = SHARDS
 
 
 @dataclass
@@ -68,13 +89,12 @@ class HealthLoop:
     def __init__(self, policy: HealthPolicy, scheduler: Scheduler | None = None) -> None:
         self.policy = policy
         self.scheduler = scheduler
-        self._watermark: datetime | None = None
+        # Per shard held: the end of the last window read. A shard newly held starts LOOKBACK back, as a
+        # fresh leader does; one given back is forgotten (whoever leads it next reads its own window).
+        self._watermarks: dict[int, datetime] = {}
+        self._shard_count = SHARDS
         self._validations: dict[int, asyncio.Task[Outcome]] = {}
         self._validated: set[int] = set()  # passed, resume still to do
-        # What one cycle knows of the whole fleet, for the guard rails; kept up to date as it drains.
-        self._held_out = 0
-        self._fleet = 0
-        self._drains = 0  # in the last hour
         self._jobs: dict[int, list[tuple[str, str | None]]] = {}
         self._would_drain: dict[int, datetime] = {}  # dry run: nodes whose drain is recorded -> last acted on
 
@@ -83,30 +103,51 @@ class HealthLoop:
         """Whether commands really run (a scheduler, and not a dry run)."""
         return self.scheduler is not None and not self.policy.dry_run
 
-    async def cycle(self, conn: AsyncConnection[Any], now: datetime | None = None) -> CycleReport:
+    async def cycle(
+        self, conn: AsyncConnection[Any], now: datetime | None = None, shards: NodeShards | None = None
+    ) -> CycleReport:
+        """One round over the nodes of `shards` (a ShardLease: call its rebalance() before, never during, a
+        round); None: every node. Only evidence of those nodes is recorded here: a finding is news once,
+        to the loop that records it, so it must be the loop that judges its node."""
         now = now or datetime.now(UTC)
+        shards = EveryNode() if shards is None else shards
+        self._forget_shards_given_back(shards)  # first, before any await: no check outlives its shard's move
         report = CycleReport()
+        if not shards.held:
+            return report
         until = now - timedelta(seconds=self.policy.lag_s)
-        since = self._watermark - OVERLAP if self._watermark else now - LOOKBACK
-        new = await store.record_evidence(conn, await find_evidence(conn, since, until))
-        self._watermark = until
+        starts = {s: self._watermarks[s] - OVERLAP if s in self._watermarks else now - LOOKBACK for s in shards.held}
+        found = await find_evidence(conn, min(starts.values()), until)
+        mine = [e for e in found if (s := shard_of(str(e.node_id), shards.shards)) in starts and e.at > starts[s]]
+        new = await store.record_evidence(conn, mine)
+        self._watermarks = dict.fromkeys(shards.held, until)
         report.new_evidence = len(new)
         rows = await store.load_nodes(conn)
         by_node: dict[int, list[Evidence]] = {}
         for item in new:
             by_node.setdefault(item.node_id, []).append(item)
-        watched = sorted(set(by_node) | {node_id for node_id, row in rows.items() if row.state != State.HEALTHY})
+        out = {n for n, row in rows.items() if row.state != State.HEALTHY and shard_of(str(n), shards.shards) in starts}
+        watched = sorted(set(by_node) | out)
         summaries = await store.evidence_summary(conn, watched, now - timedelta(seconds=self.policy.suspect_window_s))
         seen = await self._scheduler_view([rows[n] for n in watched])
-        self._held_out = sum(r.state in (State.DRAINED, State.VALIDATING) and not r.held_by for r in rows.values())
-        self._fleet = len(rows)
         self._jobs = await store.running_jobs(conn, watched)
-        self._drains = await store.drains_since(conn, now - timedelta(hours=1))
         self._would_drain = {} if self.live else await store.dry_run_drains(conn, watched)
         for node_id in watched:
             node = _Node(rows[node_id], by_node.get(node_id, []), summaries.get(node_id), seen.get(rows[node_id].name))
             await self._judge(conn, node, now, report)
         return report
+
+    def _forget_shards_given_back(self, shards: NodeShards) -> None:
+        """Drop the watermarks and call off the checks of shards this loop no longer leads. The new leader
+        finds such a node VALIDATING (or a dry run's node unhealthy, its drain recorded) with no check of
+        its own running, and runs the check again: the node is checked once more, never by two at once."""
+        if shards.shards != self._shard_count:  # shards cut differently: nothing known carries over
+            self._watermarks = {}
+            self._shard_count = shards.shards
+        self._watermarks = {s: at for s, at in self._watermarks.items() if s in shards.held}
+        for node_id in list(self._validations.keys() | self._validated):
+            if shard_of(str(node_id), shards.shards) not in shards.held:
+                self._cancel_validation(node_id)
 
     async def _scheduler_view(self, rows: Sequence[store.NodeRow]) -> dict[str, SchedulerNode]:
         out_of_service = [r.name for r in rows if r.state in (State.UNHEALTHY, State.DRAINED, State.VALIDATING)]
@@ -191,7 +232,17 @@ class HealthLoop:
         if row.node_id in self._would_drain:
             await self._dry_run_return(conn, node, now, report)
             return
-        refusal = self._refusal(row)
+        # The counts are the database's, read again under the lock, and the drain is recorded before it is
+        # let go: another collector deciding next counts this one.
+        async with conn.transaction():
+            await store.lock_guard_rails(conn)
+            await self._drain_within_guard_rails(conn, node, now, report)
+
+    async def _drain_within_guard_rails(
+        self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
+    ) -> None:
+        row = node.row
+        refusal = self._refusal(row, await store.guard_counts(conn, now - timedelta(hours=1)))
         if refusal is not None:
             if row.reason != refusal:  # once per reason, not every cycle
                 await self._say(conn, row, refusal, None)
@@ -219,8 +270,6 @@ class HealthLoop:
             await self._say(conn, row, f"drain failed: {outcome.detail}", None)
             return
         await self._move(conn, node, State.DRAINED, self._drain_words(node), now, report)
-        self._held_out += 1
-        self._drains += 1
 
     def _drain_words(self, node: _Node) -> str:
         """Why the node is (or would be) drained, and the jobs that affects."""
@@ -277,18 +326,18 @@ class HealthLoop:
         )
         return outcome
 
-    def _refusal(self, row: store.NodeRow) -> str | None:
+    def _refusal(self, row: store.NodeRow, counts: store.GuardCounts) -> str | None:
         """Why the guard rails forbid draining this node now, or None."""
-        limit = self.policy.drain_limit(self._fleet)
-        if self._held_out >= limit:
+        limit = self.policy.drain_limit(counts.fleet)
+        if counts.held_out >= limit:
             return (
-                f"drain refused: {self._held_out} node(s) already out of service by gpuscope, the policy allows"
+                f"drain refused: {counts.held_out} node(s) already out of service by gpuscope, the policy allows"
                 f" {limit} (max_drained {self.policy.max_drained}, max_drained_share {self.policy.max_drained_share:g}"
-                f" of {self._fleet} nodes)"
+                f" of {counts.fleet} nodes)"
             )
-        if self._drains >= self.policy.max_drains_per_hour:
+        if counts.drains >= self.policy.max_drains_per_hour:
             allowed = self.policy.max_drains_per_hour
-            return f"drain refused: {self._drains} drains in the last hour, the policy allows {allowed}"
+            return f"drain refused: {counts.drains} drains in the last hour, the policy allows {allowed}"
         for job_id, user in self._jobs.get(row.node_id, []):
             rule = self.policy.protects(job_id, user)
             if rule is not None:
@@ -357,7 +406,6 @@ class HealthLoop:
             )
             words = "validated (dry run: nothing resumed)"
         self._validated.discard(row.node_id)
-        self._held_out -= 1
         await self._move(conn, node, State.HEALTHY, words, now, report)
 
     async def _move(

@@ -13,6 +13,7 @@ from psycopg import AsyncConnection
 from gpuscope.health.model import Evidence, Severity, State, Transition
 
 GPU_SILENT = timedelta(minutes=2)  # a GPU with no sample this long does not count as reporting up
+GUARD_LOCK_KEY = 0x6770647261696E73  # "gpdrains": one drain decision at a time across collectors
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,31 @@ async def drains_since(conn: AsyncConnection[Any], start: datetime) -> int:
     cur = await conn.execute("SELECT count(*) FROM health_action WHERE action = 'drain' AND at > %s AND ok", [start])
     row = await cur.fetchone()
     return int(row[0]) if row else 0
+
+
+@dataclass(frozen=True)
+class GuardCounts:
+    """What the guard rails count, over the whole fleet whoever leads which node."""
+
+    held_out: int  # nodes gpuscope has out of service (drained or validating, not held)
+    fleet: int  # nodes known
+    drains: int  # drains done in the last hour
+
+
+async def lock_guard_rails(conn: AsyncConnection[Any]) -> None:
+    """Serialize "count, decide, drain, record" across collectors until this transaction ends: two health
+    loops leading different nodes must not both take the last drain the policy allows."""
+    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (GUARD_LOCK_KEY,))
+
+
+async def guard_counts(conn: AsyncConnection[Any], hour_ago: datetime) -> GuardCounts:
+    cur = await conn.execute(
+        "SELECT (SELECT count(*) FROM health_node WHERE state IN ('drained', 'validating') AND held_by IS NULL),"
+        "       (SELECT count(*) FROM node)"
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return GuardCounts(int(row[0]), int(row[1]), await drains_since(conn, hour_ago))
 
 
 async def dry_run_drains(conn: AsyncConnection[Any], node_ids: Iterable[int]) -> dict[int, datetime]:
