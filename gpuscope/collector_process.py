@@ -32,7 +32,7 @@ from gpuscope.collector.main import CollectorConfig, create_app
 from gpuscope.collector.parts import Part
 from gpuscope.collector.service import serve
 from gpuscope.collector.store import timescale
-from gpuscope.collector.store.availability import DatabaseStatus
+from gpuscope.collector.store.availability import DatabaseStatus, no_primary
 from gpuscope.collector.store.migrate import migrate
 from gpuscope.collector.store.retention import DEFAULT_RETENTION, Retention
 from gpuscope.collector.store.timescale import Mode
@@ -347,6 +347,11 @@ def check_database(dsn: str, external: bool = True) -> None:
     except psycopg.ProgrammingError as exc:  # libpq could not parse it
         raise ValueError(f"--db is not a PostgreSQL connection string: {first_line(exc)}") from None
     except psycopg.OperationalError as exc:
+        if no_primary(exc):
+            raise RuntimeError(
+                "no host of --db takes writes (each is a standby: a Patroni cluster with no leader, or a DSN"
+                f" naming standbys only); start again once one is the primary: {first_line(exc)}"
+            ) from None
         raise RuntimeError(f"cannot connect to the database given with --db: {first_line(exc)}") from None
     for name, value in sorted(settings.items()):
         if value == "off":

@@ -27,6 +27,9 @@ import psycopg_pool
 # SQLSTATEs of a server that is there but not taking connections now: shutting down or starting up.
 RESTART_STATES = {"57P01", "57P02", "57P03"}  # admin_shutdown, crash_shutdown, cannot_connect_now
 DISK_FULL_TEXT = "No space left on device"
+# libpq's words when target_session_attrs=read-write (or primary) found no host that takes writes: every
+# host of the DSN is a standby (a Patroni cluster with no leader, or a DSN naming standbys only).
+NO_PRIMARY_TEXTS = ("session is read-only", "server is in hot standby mode")
 # After a disk-full failure, this much more free space in the data directory counts as "freed".
 FREED_BYTES = 16 * 2**20
 
@@ -150,7 +153,7 @@ def classify(exc: BaseException) -> Cause:
     """What a database error says about availability; Cause.OK when it says nothing about it."""
     if isinstance(exc, psycopg.errors.DiskFull) or DISK_FULL_TEXT in str(exc):
         return Cause.DISK_FULL
-    if isinstance(exc, StandbyDatabase | psycopg.errors.ReadOnlySqlTransaction):
+    if isinstance(exc, StandbyDatabase | psycopg.errors.ReadOnlySqlTransaction) or no_primary(exc):
         return Cause.STANDBY
     if isinstance(exc, psycopg_pool.PoolTimeout | TimeoutError):
         return Cause.UNREACHABLE
@@ -162,6 +165,11 @@ def classify(exc: BaseException) -> Cause:
         if sqlstate is None or sqlstate.startswith("08"):
             return Cause.UNREACHABLE
     return Cause.OK
+
+
+def no_primary(exc: BaseException) -> bool:
+    """Whether libpq refused every host of the DSN as not taking writes."""
+    return isinstance(exc, psycopg.OperationalError) and any(text in str(exc) for text in NO_PRIMARY_TEXTS)
 
 
 def _free_text(free: int | None, data_dir: Path | None) -> str:
