@@ -1,4 +1,5 @@
 """One snapshot from the real NVML source, printed field by field, and the time a read takes."""
+
 import time
 
 from gpuscope.exporter.sources.nvml import NvmlSource
