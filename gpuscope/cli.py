@@ -154,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
             "reports",
             "scale",
             "peers",
+            "federation",
         ],
         help="what to measure",
     )
@@ -162,6 +163,12 @@ def _parser() -> argparse.ArgumentParser:
         "--workers", type=_positive_int, default=1, help="ingest: collector worker processes (default 1)"
     )
     bench.add_argument("--gpus", type=_positive_int, default=100_000, help="scale: fleet size")
+    bench.add_argument(
+        "--collectors",
+        type=_positive_int,
+        default=1,
+        help="scale: the straggler watch sharded over this many processes, as over K collectors (default 1)",
+    )
     bench.add_argument(
         "--end-to-end",
         action="store_true",
@@ -173,6 +180,13 @@ def _parser() -> argparse.ArgumentParser:
         default=10,
         help="stragglers --end-to-end: seconds between an exporter's pushes (default 10; sites use up to 60)",
     )
+    bench.add_argument(
+        "--instances", type=_positive_int, default=2, help="federation: cluster PostgreSQL instances (default 2)"
+    )
+    bench.add_argument(
+        "--gpus-per-instance", type=_positive_int, default=256, help="federation: GPUs per instance (default 256)"
+    )
+    bench.add_argument("--hours", type=_positive_int, default=6, help="federation: hours of samples (default 6)")
     bench.set_defaults(run=_run_bench)
     return parser
 
@@ -190,6 +204,7 @@ def _run_bench(args: argparse.Namespace) -> None:
         ) from None
     from gpuscope.bench import dashboard as dashboard_bench
     from gpuscope.bench import exporter, health_evidence, ingest, peers, query, scale, stragglers, stragglers_live
+    from gpuscope.bench import federation as federation_bench
     from gpuscope.bench import reports as reports_bench
     from gpuscope.bench.report import emit
 
@@ -203,8 +218,9 @@ def _run_bench(args: argparse.Namespace) -> None:
         "dashboard": dashboard_bench.run,
         "health": health_evidence.run,
         "reports": reports_bench.run,
-        "scale": lambda: scale.run(args.gpus),
+        "scale": lambda: scale.run(args.gpus, collectors=args.collectors),
         "peers": peers.run,
+        "federation": lambda: federation_bench.run(args.instances, args.gpus_per_instance, args.hours),
     }
     emit(args.target, runs[args.target](), args.json)
 
