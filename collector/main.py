@@ -33,6 +33,7 @@ from gpuscope.collector.store.group_writer import MAX_GROUP, GroupWriter
 from gpuscope.collector.store.migrate import migrate
 from gpuscope.collector.store.retention import DEFAULT_RETENTION, Retention
 from gpuscope.collector.store.retention import apply as retention_pass
+from gpuscope.collector.store.route import Route
 from gpuscope.collector.store.watch import watch_database
 from gpuscope.collector.store.writer import InventoryCache
 from gpuscope.core.pools import open_read_pool
@@ -78,8 +79,9 @@ def create_app(config: CollectorConfig) -> FastIngest:
         # Everything opened is registered on the stack at once, so a failure half-way closes what is open.
         async with contextlib.AsyncExitStack() as stack:
             layout = await _prepare_schema(config)
+            route = Route(config.dsn)  # which of the DSN's hosts connections may go to (store/route.py)
             ingest_pool = AsyncConnectionPool(
-                config.dsn,
+                route.dsn,
                 min_size=1,
                 max_size=config.max_concurrent_writes,
                 open=False,
@@ -94,7 +96,7 @@ def create_app(config: CollectorConfig) -> FastIngest:
             read_pool = await run_in_threadpool(
                 functools.partial(
                     open_read_pool,
-                    config.read_dsn or config.dsn,
+                    config.read_dsn or route.dsn,
                     application_name=READ_POOL_NAME,
                     statement_timeout_s=config.read_statement_timeout_s,
                     reconnect_timeout=POOL_RECONNECT_S,
@@ -129,13 +131,14 @@ def create_app(config: CollectorConfig) -> FastIngest:
                 tasks = [group.create_task(_maintenance(ingest_pool, config.retention, layout), name="maintenance")]
 
                 async def reconnect() -> None:  # broken meanwhile, or on a server now a standby (store/watch.py)
+                    cache.forget()  # before the pools reconnect, perhaps to another server
                     await ingest_pool.drain()
                     await run_in_threadpool(read_pool.drain)
 
-                watch = watch_database(config.dsn, config.database, on_recovery=reconnect)
+                watch = watch_database(route, config.database, on_recovery=reconnect)
                 tasks.append(group.create_task(watch, name="database watch"))
                 for task in (t for part in config.parts for t in part.leader_tasks):
-                    tasks.append(group.create_task(task.run(config.dsn), name=task.name))
+                    tasks.append(group.create_task(task.run(route.dsn), name=task.name))
                 try:
                     yield
                 finally:

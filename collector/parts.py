@@ -18,7 +18,7 @@ from psycopg import AsyncConnection
 
 from gpuscope.collector.api.read_jobs import JobDetailField
 from gpuscope.collector.api.state import DatabaseMetrics
-from gpuscope.core.leader import lead_shards, lead_when_free
+from gpuscope.core.leader import Dsn, lead_shards, lead_when_free, resolve
 from gpuscope.core.shards import ShardLease
 
 
@@ -32,11 +32,12 @@ class LeaderTask:
     lead: Callable[[AsyncConnection[Any], str], Awaitable[None]]
     retry_s: float
 
-    async def run(self, dsn: str) -> None:
-        """Forever: lead while this process holds the lock, else wait to take over."""
+    async def run(self, dsn: Dsn) -> None:
+        """Forever: lead while this process holds the lock, else wait to take over. `dsn` may be a
+        callable, asked at each connection (the collector's route, collector/store/route.py)."""
 
         async def lead(conn: AsyncConnection[Any]) -> None:
-            await self.lead(conn, dsn)
+            await self.lead(conn, resolve(dsn))
 
         await lead_when_free(dsn, self.lock_key, lead, self.name, retry_s=self.retry_s)
 
@@ -52,11 +53,11 @@ class ShardedTask:
     lead: Callable[[ShardLease, str], Awaitable[None]]
     retry_s: float
 
-    async def run(self, dsn: str) -> None:
+    async def run(self, dsn: Dsn) -> None:
         """Forever: lead this collector's shards; rejoin when the connection fails."""
 
         async def lead(lease: ShardLease) -> None:
-            await self.lead(lease, dsn)
+            await self.lead(lease, resolve(dsn))
 
         await lead_shards(dsn, self.lock_key, lead, self.name, retry_s=self.retry_s)
 

@@ -49,6 +49,16 @@ class StandbyDatabase(psycopg.OperationalError):
     """The watch's probe reached a server in recovery (a standby): it takes no writes."""
 
 
+class CommitsStuck(psycopg.OperationalError):
+    """The watch's probe found this collector's commits waiting on the server for a synchronous standby
+    far past the write deadline: a primary left behind by a failover (its Patroni dead), or one whose
+    standbys are all gone. Writes are refused there until that ends (store/route.py)."""
+
+    def __init__(self, message: str, host: str, port: str) -> None:
+        super().__init__(message)
+        self.host, self.port = host, port
+
+
 @dataclass(frozen=True)
 class Availability:
     cause: Cause
@@ -78,6 +88,7 @@ class DatabaseStatus:
         self._lock = threading.Lock()
         self._state = Availability(Cause.OK, "", time.time())
         self._free_at_failure: int | None = None
+        self._fenced = False  # commits seen stuck: writes refused, not tried (CommitsStuck)
 
     def current(self) -> Availability:
         """The state now; a supervisor restarting the server overrides what the last write saw."""
@@ -96,11 +107,20 @@ class DatabaseStatus:
         if self._state.cause is Cause.OK and (self._server_problem is None or self._server_problem() is None):
             return None  # the hot path: every batch asks
         state = self.current()
+        if state.cause is Cause.NOT_COMMITTING and self._fenced:
+            return state
         return state if state.cause in (Cause.UNREACHABLE, Cause.RESTARTING, Cause.STANDBY) else None
 
     def wrote(self) -> None:
         if self._state.cause is not Cause.OK:  # every group commit says so: nothing to do in the usual case
+            self._fenced = False
             self._set(Cause.OK, "")
+
+    def fence(self, detail: str) -> None:
+        """Commits are stuck on the server (the watch saw them): refuse writes at once until a probe finds
+        a server where they are not."""
+        self._fenced = True
+        self._set(Cause.NOT_COMMITTING, detail)
 
     def failed(self, exc: BaseException) -> Availability:
         """Record a failed write or probe; returns the state it leads to."""
@@ -123,14 +143,16 @@ class DatabaseStatus:
     def reachable(self) -> bool:
         """The watch reached the server; True when that ends an outage. A full disk is left standing
         until a write succeeds or space is freed (a read works on a full disk); commits that do not
-        finish, until one does (the watch's probe reads, so it cannot tell)."""
+        finish, until one does (the watch's probe reads, so it cannot tell), unless the watch saw them
+        stuck (fence): then a probe that finds none stuck ends it."""
         cause = self._state.cause
-        if cause in (Cause.OK, Cause.NOT_COMMITTING):
+        if cause is Cause.OK or (cause is Cause.NOT_COMMITTING and not self._fenced):
             return False
         if cause is Cause.DISK_FULL:
             free, before = self.free_bytes(), self._free_at_failure
             if free is None or before is None or free < before + FREED_BYTES:
                 return False
+        self._fenced = False
         self._set(Cause.OK, "")
         return True
 

@@ -10,6 +10,14 @@ fail the first batches on a dead socket, and those on a demoted server would be 
 A server can go and come back between two probes (an embedded server restarted by its supervisor in
 under a second). The watch's own connection is then broken though the server is up: the probe tries a
 fresh one before it calls the database away, and drains the pools all the same, since theirs broke too.
+
+A primary whose commits wait for a synchronous standby that is gone (its Patroni died, and the standby
+was promoted elsewhere) still says it is not in recovery. The probe also asks whether this collector's
+own sessions there have waited on a synchronous standby for longer than the write deadline: if so,
+those sessions are ended (their batches were answered 503 already; the exporters send them again),
+writes are refused at once, and where the DSN names other hosts that one is fenced (store/route.py):
+every connection made afterwards goes elsewhere, so the new primary is found. The fence lifts once
+that host is a standby (Patroni demoted it) or gone.
 """
 
 from __future__ import annotations
@@ -22,31 +30,52 @@ from typing import Any
 
 import psycopg
 
-from gpuscope.collector.store.availability import DatabaseStatus, StandbyDatabase
+from gpuscope.collector.store.availability import CommitsStuck, DatabaseStatus, StandbyDatabase
+from gpuscope.collector.store.route import Route, one_host
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 2.0  # a server that has not answered `SELECT 1` in this long is not taking writes either
+STUCK_S = 10.0  # past the write deadline (8 s): a commit waiting this long for a standby is stuck there
+
+# In recovery; and this role's sessions whose statement (a COMMIT) has waited on a synchronous standby
+# past STUCK_S (its own sessions' rows are visible to a role without pg_monitor).
+_PROBE_SQL = (
+    "SELECT pg_is_in_recovery(), array(SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+    " AND usename = current_user AND now() - query_start > %s * interval '1 second')"
+)
 
 
 async def watch_database(
-    dsn: str, status: DatabaseStatus, on_recovery: Callable[[], Awaitable[None]], every_s: float = 1.0
+    route: Route | str,
+    status: DatabaseStatus,
+    on_recovery: Callable[[], Awaitable[None]],
+    every_s: float = 1.0,
 ) -> None:
     # The probe runs as a task of its own, and is never cancelled: cancelling a query on a server that
     # does not answer makes psycopg wait for the cancel request too. A probe that is late marks the
     # database unreachable; the next one starts only once it has finished (or failed).
+    route = Route(route) if isinstance(route, str) else route
     probe: asyncio.Task[tuple[psycopg.AsyncConnection[Any], bool]] | None = None
     conn: psycopg.AsyncConnection[Any] | None = None
     try:
         while True:
             if probe is None:
-                probe = asyncio.create_task(_probe(dsn, conn), name="database probe")
+                probe = asyncio.create_task(_probe(route.dsn(), conn), name="database probe")
             done, _ = await asyncio.wait({probe}, timeout=PROBE_TIMEOUT_S)
             if not done:
                 _failed(status, TimeoutError(f"no answer to a probe in {PROBE_TIMEOUT_S:g} s"))
             else:
                 try:
                     conn, reconnected = probe.result()
+                except CommitsStuck as stuck:
+                    conn = None
+                    _fence(route, status, stuck)  # first: no new write is tried there
+                    await _recover(on_recovery)  # the pools' next connections go through the new route
+                    await _end_sessions(route, stuck)
+                    probe = None
+                    await asyncio.sleep(every_s)
+                    continue  # the fence is judged after a probe through the other hosts
                 except (psycopg.Error, OSError) as exc:
                     _failed(status, exc)
                     conn = None
@@ -57,11 +86,10 @@ async def watch_database(
                     elif reconnected:
                         log.warning("the database server went and came back between two probes")
                     if recovered or reconnected:
-                        try:
-                            await on_recovery()
-                        except Exception:  # gone again, say: the next probe tells; the watch goes on
-                            log.exception("dropping pooled connections failed")
+                        await _recover(on_recovery)
                 probe = None
+            if route.fenced is not None:
+                await _lift_fence(route, status)
             await asyncio.sleep(every_s)
     finally:
         if probe is not None:
@@ -76,7 +104,7 @@ async def _probe(dsn: str, conn: psycopg.AsyncConnection[Any] | None) -> tuple[p
     if conn is not None and not conn.closed:
         try:
             return await _ask(conn), False
-        except StandbyDatabase:
+        except (StandbyDatabase, CommitsStuck):
             raise
         except (psycopg.OperationalError, OSError):  # broken: is the server away, or back already?
             pass
@@ -86,15 +114,89 @@ async def _probe(dsn: str, conn: psycopg.AsyncConnection[Any] | None) -> tuple[p
 
 async def _ask(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]:
     try:
-        cur = await conn.execute("SELECT pg_is_in_recovery()")
+        cur = await conn.execute(_PROBE_SQL, (STUCK_S,))
         row = await cur.fetchone()
+        host, port = conn.info.host, str(conn.info.port)
         if row is not None and row[0]:
-            host = conn.info.host
-            raise StandbyDatabase(f"{host}:{conn.info.port} is in recovery and takes no writes")
+            raise StandbyDatabase(f"{host}:{port} is in recovery and takes no writes")
+        if row is not None and row[1]:
+            raise CommitsStuck(
+                f"{host}:{port}: {len(row[1])} commits waited over {STUCK_S:g} s for a synchronous standby"
+                " (a primary left behind by a failover, or its standbys gone)",
+                host,
+                port,
+            )
     except BaseException:
         await _discard(conn)
         raise
     return conn
+
+
+def _fence(route: Route, status: DatabaseStatus, stuck: CommitsStuck) -> None:
+    if route.can_fence(stuck.host, stuck.port):
+        route.fence(stuck.host, stuck.port)
+        log.error("%s; connections go to the DSN's other hosts until it is a standby or gone", stuck)
+    else:
+        log.error("%s; writes are refused until they finish", stuck)
+    status.fence(str(stuck))
+
+
+async def _end_sessions(route: Route, stuck: CommitsStuck) -> None:
+    """End this role's sessions on the server whose commits are stuck (other collectors' too): their
+    batches were answered 503 at the deadline and come again, and their pool connections are freed. The
+    other sessions first, then those waiting on the standby: once those end, their commits become
+    visible there, and a retry of the same batch still running on that server would take it for stored
+    and acknowledge it, though the server's timeline is to be rewound. No new write starts there: the
+    fence is up and the pools were drained."""
+    dsn = one_host(route.full, stuck.host, stuck.port)
+    try:
+        async with await asyncio.wait_for(_connect(dsn), PROBE_TIMEOUT_S) as conn:
+            for waiting in (False, True):
+                await conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = current_user"
+                    " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                    " AND (wait_event IS NOT DISTINCT FROM 'SyncRep') = %s",
+                    (waiting,),
+                )
+    except (psycopg.Error, OSError, TimeoutError) as exc:
+        log.warning("could not end the sessions on %s:%s: %s", stuck.host, stuck.port, exc)
+
+
+async def _lift_fence(route: Route, status: DatabaseStatus) -> None:
+    """The fenced host back among the DSN's hosts once it is a standby (Patroni demoted it) or gone; or
+    when no other host took over as a working primary and no commit waits there now (a standby that
+    was only slow for a while)."""
+    fenced = route.fenced_dsn()
+    assert fenced is not None
+    try:
+        conn = await asyncio.wait_for(_connect(fenced), PROBE_TIMEOUT_S)
+    except (psycopg.Error, OSError, TimeoutError):
+        verdict = "gone"
+    else:
+        try:
+            cur = await asyncio.wait_for(conn.execute(_PROBE_SQL, (STUCK_S,)), PROBE_TIMEOUT_S)
+            row = await cur.fetchone()
+            if row and row[0]:
+                verdict = "a standby"
+            elif row and not row[1] and not status.current().ok:
+                verdict = "the only primary, its commits no longer stuck"
+            else:
+                verdict = ""
+        except (psycopg.Error, OSError, TimeoutError):
+            verdict = "gone"
+        finally:
+            await _discard(conn)
+    if verdict:
+        host, port = route.fenced or ("", "")
+        route.unfence()
+        log.warning("%s:%s is %s now: back among the DSN's hosts", host, port, verdict)
+
+
+async def _recover(on_recovery: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await on_recovery()
+    except Exception:  # gone again, say: the next probe tells; the watch goes on
+        log.exception("dropping pooled connections failed")
 
 
 def _failed(status: DatabaseStatus, exc: BaseException) -> None:

@@ -48,6 +48,13 @@ class InventoryCache:
         self.migs: dict[tuple[int, MigInfo], int] = {}  # (parent gpu_id, as sent) -> mig_id
         self.partition_days: set[int] = set()  # days (since the epoch) whose sample partitions exist
 
+    def forget(self) -> None:
+        """Drop every id: after a failover the new primary is asked again (cheap, once per node), so no
+        id of a server whose timeline is rewound can outlive it here."""
+        for table in (self.nodes, self.gpus, self.ports, self.migs):
+            table.clear()
+        self.partition_days.clear()
+
 
 # Cache insertions to apply once the transaction commits: (cache table, key, id).
 PendingEntries = list[tuple[dict[Any, int], Any, int]]

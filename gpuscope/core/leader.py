@@ -19,8 +19,15 @@ from gpuscope.core.shards import ShardLease
 log = logging.getLogger(__name__)
 
 
+Dsn = str | Callable[[], str]  # a callable is asked at each connection (the collector's route)
+
+
+def resolve(dsn: Dsn) -> str:
+    return dsn() if callable(dsn) else dsn
+
+
 async def lead_when_free(
-    dsn: str, lock_key: int, lead: Callable[[AsyncConnection[Any]], Awaitable[None]], what: str, retry_s: float
+    dsn: Dsn, lock_key: int, lead: Callable[[AsyncConnection[Any]], Awaitable[None]], what: str, retry_s: float
 ) -> None:
     """Forever: take the lock when free and run `lead` on that connection until it fails; log, wait
     `retry_s`, try again. Database trouble and bugs alike end only this attempt, never the task."""
@@ -28,7 +35,9 @@ async def lead_when_free(
         try:
             # Named after the process, so pg_stat_activity tells which collector leads.
             name = f"gpuscope {what} pid {os.getpid()}"
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, application_name=name) as conn:
+            async with await psycopg.AsyncConnection.connect(
+                resolve(dsn), autocommit=True, application_name=name
+            ) as conn:
                 cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key,))
                 row = await cur.fetchone()
                 if row and row[0]:
@@ -42,7 +51,7 @@ async def lead_when_free(
 
 
 async def lead_shards(
-    dsn: str, base_key: int, lead: Callable[[ShardLease], Awaitable[None]], what: str, retry_s: float
+    dsn: Dsn, base_key: int, lead: Callable[[ShardLease], Awaitable[None]], what: str, retry_s: float
 ) -> None:
     """Forever: join the task's members on a connection of its own and run `lead` with the lease (it
     rebalances between rounds, core/shards.py) until it fails; log, wait `retry_s`, join again. The
@@ -50,7 +59,9 @@ async def lead_shards(
     while True:
         try:
             name = f"gpuscope {what} pid {os.getpid()}"
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, application_name=name) as conn:
+            async with await psycopg.AsyncConnection.connect(
+                resolve(dsn), autocommit=True, application_name=name
+            ) as conn:
                 lease = ShardLease(conn, base_key, what)
                 await lease.join()
                 await lead(lease)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from psycopg import Connection
@@ -18,7 +19,7 @@ def _read_only(conn: Connection[Any]) -> None:
 
 
 def open_read_pool(
-    dsn: str,
+    dsn: str | Callable[[], str],
     max_size: int = 8,
     timeout: float = 30.0,
     wait: bool = True,
@@ -31,13 +32,11 @@ def open_read_pool(
     `timeout` at most. `statement_timeout_s`: the server cancels any statement running longer
     (psycopg.errors.QueryCanceled); a transaction may lower it with SET LOCAL. `reconnect_timeout`: how
     long the pool itself retries a failed connection (with back-off) before leaving it to the next caller.
-    `application_name`: what pg_stat_activity shows (unless the DSN names one)."""
+    `application_name`: what pg_stat_activity shows (unless the DSN names one). `dsn` may be a callable,
+    asked at each new connection (the collector's route, collector/store/route.py)."""
     options = "" if statement_timeout_s is None else f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
-    named = (
-        {}
-        if application_name is None or "application_name" in conninfo_to_dict(dsn)
-        else {"application_name": application_name}
-    )
+    given = conninfo_to_dict(dsn() if callable(dsn) else dsn)
+    named = {} if application_name is None or "application_name" in given else {"application_name": application_name}
     pool: ConnectionPool[Any] = ConnectionPool(
         dsn,
         min_size=1,

@@ -13,23 +13,11 @@ import uuid
 import httpx
 import psycopg
 
-from gpuscope.core.ingest_wire import BINARY_CONTENT_TYPE
-from gpuscope.exporter.snapshot import GpuIdentity, GpuReading, Snapshot
-from gpuscope.exporter.wire import Origin, encode_binary
+from gpuscope.exporter.wire import Origin
 from tests.patroni.cluster import PatroniCluster
-from tests.processes import RunningCollector, running_collector
+from tests.patroni.ingest_helpers import gpu_of, send
+from tests.processes import running_collector
 from tests.waiting import eventually
-
-
-def gpu_of(origin: Origin) -> GpuIdentity:
-    return GpuIdentity(0, f"GPU-{origin.exporter_id}", "NVIDIA H100", "00:01")
-
-
-def send(collector: RunningCollector, origin: Origin, seq: int) -> httpx.Response:
-    snapshot = Snapshot(time.time(), (GpuReading(gpu_of(origin), True, {"util_pct": float(seq % 100)}),), ())
-    body = encode_binary(origin, seq, [snapshot], ())
-    headers = {"Authorization": f"Bearer {collector.token}", "Content-Type": BINARY_CONTENT_TYPE}
-    return httpx.post(f"{collector.url}/api/v1/samples", content=body, headers=headers, timeout=30)
 
 
 def switch_over(cluster: PatroniCluster, leader: str, candidate: str) -> None:
