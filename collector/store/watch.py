@@ -36,7 +36,10 @@ from gpuscope.collector.store.route import Route, one_host
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 2.0  # a server that has not answered `SELECT 1` in this long is not taking writes either
-STUCK_S = 10.0  # past the write deadline (8 s): a commit waiting this long for a standby is stuck there
+# A synchronous commit takes milliseconds; one that has waited this long for its standby is stuck (or
+# the standby is far behind: then the fence lifts again at once, no other host being a primary). Short,
+# since it adds to every failover that leaves a primary behind.
+STUCK_S = 5.0
 
 # In recovery; and this role's sessions whose statement (a COMMIT) has waited on a synchronous standby
 # past STUCK_S (its own sessions' rows are visible to a role without pg_monitor).

@@ -71,7 +71,8 @@ def test_commits_stuck_on_the_first_host_move_to_the_next(two_primaries: tuple[E
             assert time.monotonic() - stuck_at < 60, f"ingest did not move to B: {answers}"
         back = time.monotonic() - stuck_at
         assert 503 in answers, "the stuck commit was answered, not left hanging"
-        assert "database not answering" in reasons, reasons  # the write deadline's answer
+        # The stuck request ended with its session, then refused while A is fenced (or at the deadline).
+        assert reasons and reasons <= {"database unreachable", "commits not finishing", "database not answering"}
         assert httpx.get(f"{collector.url}/healthz", timeout=10).status_code == 200
     print(f"ingest back on B {back:.1f} s after A's commits got stuck; answers {answers}")
     assert back < 30
