@@ -13,10 +13,12 @@ from gpuscope.alerts import reads as alert_reads
 from gpuscope.collector import query
 from gpuscope.collector.query.buckets import chart_bucket, chart_buckets
 from gpuscope.collector.query.fleet import jobs_with_idle_gpus
+from gpuscope.collector.query.node_minutes import MINUTE_S, GroupMinutes, answers, group_minutes
 from gpuscope.collector.query.rack_nodes import RackJob, RackNode, rack_nodes
 from gpuscope.collector.query.rack_power import NEAR_BUDGET
 from gpuscope.dashboard import time_ranges
-from gpuscope.dashboard.grid import Grid, choose_level, to_grid, with_jobs
+from gpuscope.dashboard.grid import Grid, GridRow, Level, choose_level, to_grid, with_jobs
+from gpuscope.dashboard.scales import scale_of
 from gpuscope.stragglers import reads as straggler_reads
 
 RANGES_S = time_ranges.PRESETS_S
@@ -66,6 +68,7 @@ class OverviewData:
 
 OVERVIEW_METRIC = "sm_active_pct"  # real work; utilisation reads ~100% for a rank spinning in NCCL
 FALLBACK_METRIC = "util_pct"  # GPUs without SM activity (no DCGM profiling) report only utilisation
+POWER_METRIC = "power_w"
 
 
 def load_overview(
@@ -81,10 +84,20 @@ def load_overview(
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).
         level = "auto" if summary.gpus_known <= OVERVIEW_GPU_ROWS_MAX else "node"
         grid_bucket, power_bucket = rollup_buckets(conn, window, HEATMAP_MAX_COLUMNS, POWER_MAX_POINTS)
-        grid = _grid_or_fallback(
-            conn, OVERVIEW_METRIC, window, grid_bucket, level, summary.gpus_known, summary.nodes_known
-        )
-        power = query.rack_power(conn, window, power_bucket)
+        chosen = choose_level(summary.gpus_known, summary.nodes_known, len(window.buckets(grid_bucket)), level)
+        # One read of the node tier answers the grid and the racks' power where both are minutes.
+        power_too = (POWER_METRIC,) if answers(POWER_METRIC, power_bucket) else ()
+        minutes = _tier_minutes(conn, OVERVIEW_METRIC, window, grid_bucket, chosen, power_too)
+        if minutes is not None:
+            grid = _tier_grid(minutes, OVERVIEW_METRIC)
+        else:
+            grid = _grid_or_fallback(
+                conn, OVERVIEW_METRIC, window, grid_bucket, level, summary.gpus_known, summary.nodes_known
+            )
+        if minutes is not None and power_too:
+            power = minutes.rack_power(POWER_METRIC)
+        else:
+            power = query.rack_power(conn, window, power_bucket)
         nameplate = query.rack_nameplate_w(conn)
     loads = rack_loads(power, budgets_kw or {}, nameplate)
     near = sorted((load for load in loads if load.share >= NEAR_BUDGET), key=lambda load: -load.share)
@@ -132,10 +145,37 @@ def load_grid(pool: ConnectionPool[Any], metric: str, range_key: str, level: str
 def _grid_or_fallback(
     conn: Any, metric: str, window: query.TimeRange, bucket: int, level: str, gpus: int, nodes: int
 ) -> Grid:
+    chosen = choose_level(gpus, nodes, len(window.buckets(bucket)), level)
+    minutes = _tier_minutes(conn, metric, window, bucket, chosen)
+    if minutes is not None:
+        return _tier_grid(minutes, metric)
     grid = _grid(conn, metric, window, bucket, level, gpus, nodes)
     if metric == OVERVIEW_METRIC and grid.rows and not np.isfinite(grid.values).any():
         grid = _grid(conn, FALLBACK_METRIC, window, bucket, level, gpus, nodes)
     return grid
+
+
+def _tier_minutes(
+    conn: Any, metric: str, window: query.TimeRange, bucket: int, level: Level, also: tuple[str, ...] = ()
+) -> GroupMinutes | None:
+    """Node or rack rows of `metric` (and its fallback's, and `also`) from the node tier, where it answers
+    them exactly: rows of several GPUs summed up by their mean, at one-minute buckets; None elsewhere."""
+    if level == "gpu" or scale_of(metric).rows != "mean" or not answers(metric, bucket):
+        return None
+    fallback = (FALLBACK_METRIC,) if metric == OVERVIEW_METRIC else ()
+    return group_minutes(conn, list(dict.fromkeys((metric, *fallback, *also))), window, level)
+
+
+def _tier_grid(minutes: GroupMinutes, metric: str) -> Grid:
+    """The grid of `metric`; for SM activity where no row has any, utilisation's (as _grid_or_fallback)."""
+    values = minutes.mean(metric)
+    if metric == OVERVIEW_METRIC and minutes.rows and not np.isfinite(values).any():
+        metric, values = FALLBACK_METRIC, minutes.mean(FALLBACK_METRIC)
+    rows = [
+        GridRow(f"{r.rack}/{r.node}" if r.node else r.rack, f"{r.cluster}/{r.rack}", r.node, None, r.gpus)
+        for r in minutes.rows
+    ]
+    return Grid(metric, MINUTE_S, minutes.level, rows, minutes.times, values)
 
 
 def rollup_bucket(conn: Any, window: query.TimeRange, max_points: int) -> int:

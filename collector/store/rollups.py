@@ -5,6 +5,9 @@ re-aggregates dirty minutes that are at least SETTLE old from the raw rows and u
 data (a spool replayed hours later) is rolled up too. Each minute rolled up marks its hour dirty; an
 hour is re-aggregated from the minute rollup once no minute of it can still change. Readers take the
 hour rollup, then the minute rollup, then raw rows, each where the coarser one stops (collector/query).
+Beside the minute rollup, in the same pass over the same minutes: power per rack (rack_power_1m) and
+the node tier (node_rollup_1m: each node's GPU minute means summed, for node- and rack-level heatmaps),
+both re-aggregated from the minute rollup whenever a minute is, so late data reaches them too.
 """
 
 from __future__ import annotations
@@ -95,6 +98,18 @@ RACK_POWER = (
     " ON CONFLICT (cluster, rack, bucket) DO UPDATE SET watts = EXCLUDED.watts, gpus = EXCLUDED.gpus"
 )
 
+# Per node and minute, each metric's GPU minute means summed and the GPUs counted (migration 0019).
+NODE_MINUTE = (
+    "INSERT INTO node_rollup_1m (bucket, node_id, gpus, "  # noqa: S608 (identifiers from ROLLED)
+    + ", ".join(f"{name}_mean_sum, {name}_gpus" for name in ROLLED)
+    + ") SELECT r.bucket, g.node_id, count(*), "
+    + ", ".join(f"sum(r.{name}_sum / nullif(r.{name}_n, 0)), count(*) FILTER (WHERE r.{name}_n > 0)" for name in ROLLED)
+    + " FROM gpu_rollup_1m r JOIN gpu g USING (gpu_id)"
+    " WHERE r.bucket >= %(start)s AND r.bucket < %(end)s GROUP BY 1, 2"
+    " ON CONFLICT (node_id, bucket) DO UPDATE SET gpus = EXCLUDED.gpus, "
+    + ", ".join(f"{name}_mean_sum = EXCLUDED.{name}_mean_sum, {name}_gpus = EXCLUDED.{name}_gpus" for name in ROLLED)
+)
+
 
 async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> int:
     """Aggregate settled dirty minutes (oldest first, at most MAX_MINUTES_PER_PASS), then the hours
@@ -111,6 +126,7 @@ async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> in
         await conn.execute(AGGREGATE_MINUTE, span)
         await conn.execute(ENERGY_MINUTE, span)
         await conn.execute(RACK_POWER, span)
+        await conn.execute(NODE_MINUTE, span)
     if minutes:
         await conn.execute(
             "INSERT INTO rollup_dirty_hour (bucket) SELECT DISTINCT date_trunc('hour', m)"

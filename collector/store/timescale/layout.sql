@@ -83,3 +83,23 @@ CREATE VIEW rack_power_1m AS
 SELECT r.bucket, n.cluster, n.rack, sum(r.power_sum / r.power_n) AS watts, count(*) AS gpus
 FROM gpu_rollup_1m r JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)
 WHERE r.power_n > 0 GROUP BY 1, 2, 3;
+
+-- The node tier (migration 0019, which made the plain table before this layout): a view over the
+-- minute aggregate, as rack_power_1m, with the plain table's columns.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_class WHERE relname = 'node_rollup_1m' AND relkind = 'r') THEN
+        DROP TABLE node_rollup_1m;
+    END IF;
+END $$;
+CREATE OR REPLACE VIEW node_rollup_1m AS
+SELECT r.bucket, g.node_id, count(*)::integer AS gpus,
+       sum(r.util_sum / nullif(r.util_n, 0)) AS util_mean_sum, count(*) FILTER (WHERE r.util_n > 0)::integer AS util_gpus,
+       sum(r.sm_active_sum / nullif(r.sm_active_n, 0)) AS sm_active_mean_sum,
+       count(*) FILTER (WHERE r.sm_active_n > 0)::integer AS sm_active_gpus,
+       sum(r.tensor_sum / nullif(r.tensor_n, 0)) AS tensor_mean_sum, count(*) FILTER (WHERE r.tensor_n > 0)::integer AS tensor_gpus,
+       sum(r.power_sum / nullif(r.power_n, 0)) AS power_mean_sum, count(*) FILTER (WHERE r.power_n > 0)::integer AS power_gpus,
+       sum(r.temp_sum / nullif(r.temp_n, 0)) AS temp_mean_sum, count(*) FILTER (WHERE r.temp_n > 0)::integer AS temp_gpus,
+       sum(r.sm_clock_sum / nullif(r.sm_clock_n, 0)) AS sm_clock_mean_sum,
+       count(*) FILTER (WHERE r.sm_clock_n > 0)::integer AS sm_clock_gpus
+FROM gpu_rollup_1m r JOIN gpu g USING (gpu_id) GROUP BY 1, 2;
