@@ -40,12 +40,17 @@ BATCHES_PER_NODE = 10  # the first one is the warm-up
 CONTENT = f"Content-Type: {BINARY_CONTENT_TYPE}\r\n"
 
 
-def run(workers: int = 1, nodes: int = NODES, batches_per_node: int = BATCHES_PER_NODE) -> dict[str, Any]:
+def run(
+    workers: int = 1, nodes: int = NODES, batches_per_node: int = BATCHES_PER_NODE, ports_per_node: int = 0
+) -> dict[str, Any]:
+    """`ports_per_node`: each snapshot carries that many InfiniBand port readings too, as a node with
+    its HCAs sends them (`bench scale` counts its headroom so); rows are then GPU and port rows alike,
+    and the raw-COPY baseline (GPU rows) is left out."""
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-ingest-") as tmp:
         data = Path(tmp)
         data.chmod(0o711)  # as root, PostgreSQL runs as 'postgres' and must pass through
         with EmbeddedPostgres(data / "db") as pg:
-            sent = _batches(nodes, batches_per_node)
+            sent = _batches(nodes, batches_per_node, ports_per_node)
             warmup = [[batches[0]] for batches in sent]
             timed = [batches[1:] for batches in sent]
             with running_collector(pg.dsn, data, workers) as collector:
@@ -54,12 +59,13 @@ def run(workers: int = 1, nodes: int = NODES, batches_per_node: int = BATCHES_PE
             stored = _count(pg.dsn)
             expected = sum(rows for batches in sent for _, rows in batches)
             bodies = [body for batches in timed for body, _ in batches]
-            raw_rows_per_s = _raw_copy(pg.dsn, bodies)
+            raw_rows_per_s = None if ports_per_node else _raw_copy(pg.dsn, bodies)
     rows_per_s = result.rows / result.seconds
-    return {
+    figures = {
         "nodes": nodes,
         "gpus_per_node": GPUS,
-        "batch_rows": GPUS * SNAPSHOTS_PER_BATCH,
+        "ports_per_node": ports_per_node,
+        "batch_rows": (GPUS + ports_per_node) * SNAPSHOTS_PER_BATCH,
         "concurrency": nodes,
         "collector_workers": workers,
         "timed_rows": result.rows,
@@ -67,11 +73,12 @@ def run(workers: int = 1, nodes: int = NODES, batches_per_node: int = BATCHES_PE
         "rows_per_s": round(rows_per_s),
         # A row holds one value per metric the GPU reports: what a Prometheus would store as samples.
         "samples_per_row": samples_per_row(bodies[0]),
-        "raw_copy_rows_per_s": round(raw_rows_per_s),
-        "ratio": round(rows_per_s / raw_rows_per_s, 3),
         "retried_batches": result.failures,
         "stored_equals_sent": stored == expected,
     }
+    if raw_rows_per_s is not None:
+        figures |= {"raw_copy_rows_per_s": round(raw_rows_per_s), "ratio": round(rows_per_s / raw_rows_per_s, 3)}
+    return figures
 
 
 def samples_per_row(body: bytes) -> float:
@@ -81,9 +88,9 @@ def samples_per_row(body: bytes) -> float:
     return round(values / len(samples) + 1, 2)
 
 
-def _batches(nodes: int, batches_per_node: int) -> list[list[tuple[bytes, int]]]:
+def _batches(nodes: int, batches_per_node: int, ports_per_node: int = 0) -> list[list[tuple[bytes, int]]]:
     """Per node, its batches in order: real simulator readings, re-labelled per node to save time."""
-    topology = build_topology(1, GPUS, 1, cluster="bench")
+    topology = build_topology(1, GPUS, 1, ib_ports_per_node=ports_per_node, cluster="bench")
     source = SimNodeSource(topology[0], JobSchedule(topology, 7), 7)
     start = time.time() - batches_per_node * SNAPSHOTS_PER_BATCH - 60
     readings = [source.read(start + i) for i in range(batches_per_node * SNAPSHOTS_PER_BATCH)]
@@ -93,8 +100,9 @@ def _batches(nodes: int, batches_per_node: int) -> list[list[tuple[bytes, int]]]
         batches = []
         for b in range(batches_per_node):
             chunk = range(b * SNAPSHOTS_PER_BATCH, (b + 1) * SNAPSHOTS_PER_BATCH)
-            snaps = [Snapshot(ts=start + i, gpus=readings[i][0], ports=()) for i in chunk]
-            batches.append((encode_binary(origin, b + 1, snaps), GPUS * SNAPSHOTS_PER_BATCH))
+            snaps = [Snapshot(ts=start + i, gpus=readings[i][0], ports=readings[i][1]) for i in chunk]
+            rows = (GPUS + len(readings[0][1])) * SNAPSHOTS_PER_BATCH
+            batches.append((encode_binary(origin, b + 1, snaps), rows))
         per_node.append(batches)
     return per_node
 
@@ -128,7 +136,9 @@ def _raw_copy(dsn: str, bodies: list[bytes], chunk_rows: int = 10_000) -> float:
 
 def _count(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT count(*) FROM gpu_sample").fetchone()
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM gpu_sample) + (SELECT count(*) FROM ib_port_sample)"
+        ).fetchone()
     return int(row[0]) if row else 0
 
 

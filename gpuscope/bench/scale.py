@@ -11,8 +11,9 @@ cycle (bench/health_evidence.py's, the policy's interval), the dashboard's overv
 (bench/scale_reads.py, against the sampling interval: new data comes no faster). A cycle's figure is
 the slowest of those timed (at 10 s samples and a 5 s watch, only every other watch cycle has a bucket
 to read), a read's the 95th percentile of its runs. Last, with the big database gone, `bench ingest`
-measures the real collector over HTTP: its rows per second over the fleet's GPU rows per second is the
-ingest headroom (that bench pushes GPU rows only; the fleet's port rows, as many again, are left out)."""
+measures the real collector over HTTP, its batches carrying the fleet's 8 InfiniBand ports per node as
+well as its 8 GPUs: its rows per second over the fleet's GPU and port rows per second is the ingest
+headroom."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from gpuscope.alerts import views
 from gpuscope.alerts.rules import default_rules_text, parse_rules
 from gpuscope.bench import alerts as alerts_bench
 from gpuscope.bench import health_evidence, ingest, stragglers_cycle, stragglers_shards
-from gpuscope.bench.scale_fleet import GPUS_PER_NODE, STEP_S, Fleet, create, start_jobs, write
+from gpuscope.bench.scale_fleet import GPUS_PER_NODE, PORTS_PER_NODE, STEP_S, Fleet, create, start_jobs, write
 from gpuscope.bench.scale_load import Timeline, load, make_partitions, refresh, roll_up
 from gpuscope.bench.scale_reads import time_pages
 from gpuscope.collector.store.migrate import migrate
@@ -52,7 +53,7 @@ def run(
     """`collectors`: the straggler watch split over that many processes, each leading its shards."""
     with throwaway_postgres("gpuscope-bench-scale-") as pg:
         figures = measure(pg.dsn, gpus, budget_s, collectors=collectors)
-    ingest_rows_per_s = None if skip_ingest else float(ingest.run()["rows_per_s"])
+    ingest_rows_per_s = None if skip_ingest else float(ingest.run(ports_per_node=PORTS_PER_NODE)["rows_per_s"])
     return summary(figures, ingest_rows_per_s)
 
 
@@ -232,13 +233,14 @@ def summary(figures: dict[str, Any], ingest_rows_per_s: float | None) -> dict[st
     }
     fits = {key.split("_")[0] + "_fits": figures[key] <= figures[interval] for key, interval in HEADLINE}
     headline: dict[str, Any] = {"gpus": figures["gpus"]}
-    fleet_rows_per_s = figures["gpus"] / STEP_S
+    fleet_rows_per_s = (figures["gpus"] + figures["ports"]) / STEP_S  # both kinds of row, as ingest stores them
     if ingest_rows_per_s is not None:
         headroom = ingest_rows_per_s / fleet_rows_per_s
         headline |= {"ingest_headroom": round(headroom, 2), "ingest_rows_per_s": round(ingest_rows_per_s)}
         fits["ingest_fits"] = headroom >= 1
     headline |= {
-        "fleet_gpu_rows_per_s": round(fleet_rows_per_s),
+        "fleet_rows_per_s": round(fleet_rows_per_s),
+        "fleet_gpu_rows_per_s": round(figures["gpus"] / STEP_S),
         "fleet_port_rows_per_s": round(figures["ports"] / STEP_S),
     }
     for key, interval in HEADLINE:

@@ -3,6 +3,7 @@ the clock, every cycle runs over the fleet's jobs, and each figure lands next to
 
 from __future__ import annotations
 
+from gpuscope.bench import ingest
 from gpuscope.bench.scale import measure, summary
 from gpuscope.bench.scale_fleet import GPUS_PER_NODE, PORTS_PER_NODE
 
@@ -39,11 +40,13 @@ def test_the_scale_bench_runs_small(dsn: str) -> None:
     assert 1e6 < figures["db_bytes_per_gpu_day"] < 2e7
     assert abs(figures["db_bytes_per_day"] - figures["db_bytes_per_gpu_day"] * 320) <= 320
 
-    headline = summary(figures, ingest_rows_per_s=64.0)
+    # Ingest headroom counts the port rows too: 320 GPU and 320 port rows every 10 s, 64 rows/s.
+    headline = summary(figures, ingest_rows_per_s=128.0)
     assert list(headline)[:2] == ["gpus", "ingest_headroom"] and headline["ingest_headroom"] == 2.0
+    assert headline["fleet_rows_per_s"] == 64 and headline["fleet_gpu_rows_per_s"] == 32
     assert headline["ingest_fits"] is True and headline["straggler_fits"] is True
     assert headline["all_fit"] == all(value for key, value in headline.items() if key.endswith("_fits"))
-    assert summary(figures, ingest_rows_per_s=16.0)["all_fit"] is False  # half the fleet's 32 rows/s
+    assert summary(figures, ingest_rows_per_s=48.0)["all_fit"] is False  # enough for the GPU rows alone
     assert "ingest_headroom" not in summary(figures, None)
 
 
@@ -60,3 +63,10 @@ def test_the_straggler_watch_sharded_over_two_processes(dsn: str) -> None:
     assert len(figures["straggler_shard_cycle_s"]) == 2
     assert figures["straggler_target_s"] == figures["straggler_interval_s"] / 2
     assert 0 < figures["straggler_cycle_p50_s"] <= figures["straggler_cycle_s"]
+
+
+def test_the_ingest_bench_carries_port_rows_for_the_headroom() -> None:
+    """`bench scale`'s ingest headroom: batches with the nodes' InfiniBand ports, every row stored."""
+    figures = ingest.run(nodes=4, batches_per_node=2, ports_per_node=2)
+    assert figures["batch_rows"] == (8 + 2) * 10 and figures["timed_rows"] == 4 * 100
+    assert figures["stored_equals_sent"] is True and "ratio" not in figures
