@@ -12,7 +12,6 @@ from psycopg_pool import ConnectionPool
 from gpuscope.alerts import reads as alert_reads
 from gpuscope.collector import query
 from gpuscope.collector.query.buckets import chart_bucket, chart_buckets
-from gpuscope.collector.query.fleet import jobs_with_idle_gpus
 from gpuscope.collector.query.node_minutes import MINUTE_S, GroupMinutes, answers, group_minutes
 from gpuscope.collector.query.rack_nodes import RackJob, RackNode, rack_nodes
 from gpuscope.collector.query.rack_power import NEAR_BUDGET
@@ -76,9 +75,7 @@ def load_overview(
 ) -> OverviewData:
     window = time_range(range_key)
     with pool.connection() as conn:
-        summary = query.fleet_summary(conn)
-        unhealthy = query.unhealthy_gpus(conn) if summary.gpus_unhealthy else []
-        idle_jobs = jobs_with_idle_gpus(conn) if summary.gpus_idle_in_job else []
+        summary, unhealthy, idle_jobs = query.fleet_overview(conn)  # the GPUs' latest samples read once
         firing = alert_reads.alerts(conn, "firing", limit=200)
         stragglers = straggler_reads.stragglers(conn, window, active_only=True, limit=50)
         # At a glance: node rows once the fleet outgrows a screen of GPU rows (the heatmap page has GPUs).

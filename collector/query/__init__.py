@@ -5,7 +5,14 @@ health/reads.py) and read the samples they work on with their own windowed SELEC
 from gpuscope.collector.query.counters import CounterUse, StateUse, Summary, summarise
 from gpuscope.collector.query.energy import Energy, energy, energy_kwh
 from gpuscope.collector.query.events import EventRow, events
-from gpuscope.collector.query.fleet import FleetSummary, UnhealthyGpu, fleet_summary, unhealthy_gpus
+from gpuscope.collector.query.fleet import (
+    FleetSummary,
+    UnhealthyGpu,
+    fleet_overview,
+    fleet_summary,
+    jobs_with_idle_gpus,
+    unhealthy_gpus,
+)
 from gpuscope.collector.query.heatmap import Heatmap, Series, heatmap, series
 from gpuscope.collector.query.held_by import held_by
 from gpuscope.collector.query.inventory import (
@@ -75,6 +82,7 @@ __all__ = [
     "events",
     "fillable_bucket",
     "fillable_buckets",
+    "fleet_overview",
     "fleet_summary",
     "gpu_health",
     "heatmap",
@@ -85,6 +93,7 @@ __all__ = [
     "job_gpus",
     "job_owners",
     "jobs",
+    "jobs_with_idle_gpus",
     "last",
     "memory_totals",
     "nic_series",

@@ -13,6 +13,7 @@ that applies:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -98,6 +99,44 @@ WHERE NOT s.unhealthy AND s.idle ORDER BY 1 LIMIT %(limit)s
 ).format(states=sql.SQL(_STATES))
 
 
+# The three at once, the states computed once (a CTE read three times is materialized once): the
+# overview asks for all three at every refresh, and each alone reads every GPU's latest sample.
+_OVERVIEW_SQL = sql.SQL(
+    """{states}, summary AS ({summary}), unhealthy AS ({unhealthy}), idle_jobs AS ({idle})
+SELECT (SELECT row_to_json(summary)::text FROM summary),
+       (SELECT coalesce(json_agg(unhealthy), '[]')::text FROM unhealthy),
+       (SELECT coalesce(json_agg(job_id), '[]')::text FROM idle_jobs)
+"""
+).format(
+    states=sql.SQL(_STATES.rstrip()),
+    summary=sql.SQL(
+        "SELECT count(*) AS a, count(*) FILTER (WHERE reporting) AS b, count(*) FILTER (WHERE up) AS c,"
+        " avg(util_pct)::float8 AS d, sum(power_w)::float8 AS e,"
+        " (SELECT count(DISTINCT job_id) FROM job_allocation WHERE ended_at IS NULL) AS f,"
+        " (SELECT count(*) FROM node) AS g, count(*) FILTER (WHERE unhealthy) AS h,"
+        " count(*) FILTER (WHERE NOT unhealthy AND allocated AND idle IS NOT TRUE) AS i,"
+        " count(*) FILTER (WHERE NOT unhealthy AND allocated AND idle) AS j,"
+        " count(*) FILTER (WHERE NOT unhealthy AND NOT allocated) AS k,"
+        " avg(sm_active_pct) FILTER (WHERE NOT unhealthy AND allocated AND idle IS NOT TRUE)::float8 AS l,"
+        " avg(tensor_active_pct) FILTER (WHERE NOT unhealthy AND allocated AND idle IS NOT TRUE)::float8 AS m"
+        " FROM states"
+    ),
+    unhealthy=sql.SQL(
+        "SELECT n.cluster, n.rack, n.name, g.gpu_index, g.uuid,"
+        " CASE WHEN NOT s.reporting THEN 'not reporting' WHEN NOT s.up_reported THEN 'down'"
+        " WHEN coalesce(s.remap_failure, 0) > 0 THEN 'row remap failed'"
+        " WHEN coalesce(s.remap_pending, 0) > 0 THEN 'row remap pending: needs a reset'"
+        " ELSE 'critical XID in the last 10 minutes' END AS reason"
+        " FROM states s JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)"
+        " WHERE s.unhealthy ORDER BY n.cluster, n.name, g.gpu_index LIMIT %(unhealthy_limit)s"
+    ),
+    idle=sql.SQL(
+        "SELECT DISTINCT a.job_id FROM states s JOIN job_allocation a ON a.gpu_id = s.gpu_id AND a.ended_at IS NULL"
+        " WHERE NOT s.unhealthy AND s.idle ORDER BY 1 LIMIT %(idle_limit)s"
+    ),
+)
+
+
 @dataclass(frozen=True)
 class UnhealthyGpu:
     cluster: str
@@ -126,3 +165,15 @@ def unhealthy_gpus(conn: Connection[Any], limit: int = 50) -> list[UnhealthyGpu]
 def jobs_with_idle_gpus(conn: Connection[Any], limit: int = 2) -> list[str]:
     """The running jobs holding the GPUs fleet_summary counts as idle in a job (at most `limit`, by id)."""
     return [row[0] for row in conn.execute(_IDLE_JOBS_SQL, {**_PARAMS, "limit": limit}).fetchall()]
+
+
+def fleet_overview(
+    conn: Connection[Any], unhealthy_limit: int = 50, idle_limit: int = 2
+) -> tuple[FleetSummary, list[UnhealthyGpu], list[str]]:
+    """fleet_summary, unhealthy_gpus and jobs_with_idle_gpus in one statement, the states read once."""
+    params = {**_PARAMS, "unhealthy_limit": unhealthy_limit, "idle_limit": idle_limit}
+    row = conn.execute(_OVERVIEW_SQL, params).fetchone()
+    assert row is not None
+    summary = FleetSummary(*json.loads(row[0]).values())
+    unhealthy = [UnhealthyGpu(*gpu.values()) for gpu in json.loads(row[1])]
+    return summary, unhealthy, list(json.loads(row[2]))

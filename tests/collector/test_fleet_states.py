@@ -62,6 +62,7 @@ def test_each_gpu_is_in_exactly_one_state(collector: RunningCollector) -> None:
     # The activity headline is the working GPUs' (GPUs 0 and 1), not diluted by idle ones.
     assert summary["mean_sm_active_pct"] == pytest.approx(50.0)
     assert summary["mean_tensor_active_pct"] == pytest.approx(25.0)
+    _overview_agrees(collector)
 
 
 def test_a_silent_gpu_is_unhealthy_and_says_why(collector: RunningCollector) -> None:
@@ -80,3 +81,12 @@ def test_a_silent_gpu_is_unhealthy_and_says_why(collector: RunningCollector) -> 
     with psycopg.connect(collector.dsn) as conn:
         reasons = {(g.node, g.gpu_index): g.reason for g in query.unhealthy_gpus(conn)}
     assert reasons == {("n2", 0): "not reporting", ("n3", 1): "row remap pending: needs a reset"}
+    _overview_agrees(collector)
+
+
+def _overview_agrees(collector: RunningCollector) -> None:
+    """The overview's one statement (dashboard/data.py) answers as the three reads it stands for."""
+    with psycopg.connect(collector.dsn) as conn:
+        together = query.fleet_overview(conn, unhealthy_limit=50, idle_limit=2)
+        apart = (query.fleet_summary(conn), query.unhealthy_gpus(conn, 50), query.jobs_with_idle_gpus(conn, 2))
+    assert together == apart
