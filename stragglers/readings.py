@@ -3,7 +3,7 @@ per GPU (in rank order) or per InfiniBand port (in the job's port order), NaN wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -50,3 +50,39 @@ class Readings:
     @property
     def ports(self) -> int:
         return int(self.xmit_wait_per_s.shape[0])
+
+
+@dataclass(frozen=True)
+class ReadingRows:
+    """Readings of many jobs of one layout over the same sample interval, a row per job (jobs, GPUs) or
+    (jobs, ports): every array given, NaN where a job's feed has no such counter (what None reads as)."""
+
+    t_s: float
+    work: np.ndarray
+    util_pct: np.ndarray
+    sm_clock_mhz: np.ndarray
+    clock_event_reasons: np.ndarray
+    sm_active_pct: np.ndarray
+    power_w: np.ndarray
+    nvlink_errors_per_s: np.ndarray
+    xmit_wait_per_s: np.ndarray
+    link_gbps: np.ndarray
+    xmit_bytes_per_s: np.ndarray
+
+    def __post_init__(self) -> None:
+        for names, like, per in ((PER_GPU, self.work, "GPU"), (PER_PORT, self.xmit_wait_per_s, "port")):
+            for name in names:
+                value = getattr(self, name)
+                if np.ndim(value) != 2 or np.shape(value)[0] != self.jobs or np.shape(value) != np.shape(like):
+                    raise ValueError(
+                        f"reading rows: {name} has shape {np.shape(value)}, not one row per job of one value per"
+                        f" {per} like {names[0]} {np.shape(like)} ({self.jobs} jobs)"
+                    )
+
+    @property
+    def jobs(self) -> int:
+        return int(np.shape(self.work)[0])
+
+    def of(self, kept: np.ndarray) -> ReadingRows:
+        """The rows where `kept` (a mask over the jobs) holds."""
+        return replace(self, **{name: getattr(self, name)[kept] for name in PER_GPU + PER_PORT})

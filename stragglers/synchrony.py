@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 
-from gpuscope.stragglers.signal import BlockMeans, nanmedian_rows
+from gpuscope.stragglers.signal import BlockMeans, BlockMeansRows, nanmedian_last, nanmedian_rows
 
 SYNCHRONOUS = "synchronous"
 INDEPENDENT = "independent"
@@ -94,3 +94,80 @@ class Synchrony:
             self.model = INDEPENDENT
         elif self.model == INDEPENDENT and wander < self.leave:
             self.model = SYNCHRONOUS
+
+
+_MODELS = (UNDECIDED, SYNCHRONOUS, INDEPENDENT)  # SynchronyRows' codes: positions in this
+
+
+class SynchronyRows:
+    """Synchrony for many jobs of one layout, a row per job, learnt and judged together: the same
+    arithmetic, value for value, as each job's own Synchrony."""
+
+    def __init__(self, part_of: np.ndarray, blocks: int, block: int) -> None:
+        self._one = Synchrony(part_of, blocks, block)  # the thresholds and the parts, for every row
+        self.part_of, self.parts = self._one.part_of, self._one.parts
+        self._first_model = _MODELS.index(self._one.model)
+        self._means = BlockMeansRows(self.parts, blocks, block)
+        self.model = np.zeros(0, dtype=np.int64)
+        self.wander = np.zeros(0)
+
+    @classmethod
+    def for_job(cls, node_of: np.ndarray, blocks: int, block: int) -> SynchronyRows:
+        """As Synchrony.for_job."""
+        nodes = int(node_of.max()) + 1 if node_of.size else 0
+        return cls(node_of if nodes >= 4 else np.arange(node_of.size), 2 * blocks, block)
+
+    def resize(self, rows: int) -> None:
+        self._means.resize(rows)
+        model, wander = np.full(rows, self._first_model), np.full(rows, np.nan)
+        model[: self.model.size], wander[: self.wander.size] = self.model, self.wander
+        self.model, self.wander = model, wander
+
+    def reset(self, row: int) -> None:
+        self._means.reset(row)
+        self.model[row], self.wander[row] = self._first_model, np.nan
+
+    def model_of(self, row: int) -> str:
+        return _MODELS[int(self.model[row])]
+
+    def synchronous(self, rows: np.ndarray) -> np.ndarray:
+        return self.model[rows] != _MODELS.index(INDEPENDENT)
+
+    def learn(self, rows: np.ndarray, activity: np.ndarray) -> None:
+        """Synchrony.learn for each of `rows` (distinct), its activity a row of `activity`."""
+        if self.parts < 3:
+            return
+        seen = np.isfinite(activity)
+        values = np.where(seen, activity, 0.0)
+        sums, counts = np.zeros((rows.size, self.parts)), np.zeros((rows.size, self.parts))
+        for rank, part in enumerate(self.part_of):  # rank by rank, as np.bincount adds: the same sums
+            sums[:, part] += values[:, rank]
+            counts[:, part] += seen[:, rank]
+        completed = self._means.add(rows, sums, counts)
+        judged = completed[self._means.filled[completed] >= MIN_BLOCKS]
+        if judged.size:
+            self._judge(judged)
+
+    def _judge(self, rows: np.ndarray) -> None:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a block with no part seen: NaN, skipped
+            level = np.log(np.maximum(self._means.ring[rows], 1.0))
+            level -= nanmedian_last(level)[..., None]
+            own = level - np.nanmean(level, axis=1, keepdims=True)
+            deviation = nanmedian_last(np.abs(own - nanmedian_last(own)[..., None]))
+            wander = nanmedian_rows(deviation)
+        known = np.isfinite(wander)
+        rows, wander = rows[known], wander[known]
+        self.wander[rows] = wander
+        one = self._one
+        undecided, synchronous, independent = range(len(_MODELS))
+        model = self.model[rows]
+        self.model[rows] = np.select(
+            [
+                model == undecided,
+                (model == synchronous) & (wander >= one.enter),
+                (model == independent) & (wander < one.leave),
+            ],
+            [np.where(wander >= one.first, independent, synchronous), independent, synchronous],
+            model,
+        )

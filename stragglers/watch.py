@@ -40,6 +40,7 @@ SILENT = timedelta(minutes=2)  # a GPU with no sample this long is not waited fo
 REPLAY = timedelta(minutes=25)
 AGGRESSOR_RISE = 0.3  # a job on shared nodes sending this much more than usual is named for a fabric finding
 MODEL_REFRESH = timedelta(minutes=1)  # how often a job's judging model (and its measure) is written again
+JOBS_PER_PASS = 4096  # jobs of one layout fed together, at most
 LOCK_KEY = 0x67707374726167  # "gpstrag": the one active detector across collector replicas
 
 
@@ -227,7 +228,9 @@ class StragglerWatch:
             if complete[job_id] > job.cursor:
                 fed.setdefault(id(job.detector.batch), []).append((job, complete[job_id]))
         for jobs in fed.values():
-            self._feed_batch(jobs, gpus, ports)
+            # A few thousand jobs at a time: a replay of 25 minutes holds each job's buckets in arrays.
+            for first in range(0, len(jobs), JOBS_PER_PASS):
+                self._feed_batch(jobs[first : first + JOBS_PER_PASS], gpus, ports)
 
     def _feed_batch(self, fed: list[tuple[_Job, datetime]], gpus: _Grid, ports: _Grid) -> None:
         """Jobs of one layout (one batch), each to the end of its complete buckets."""
@@ -304,7 +307,8 @@ class StragglerWatch:
                 )  # fmt: skip
             elif finding.changed:
                 await conn.execute(
-                    "UPDATE straggler SET slowdown = %s, ended_at = %s, aggressor_job = %s WHERE straggler_id = %s",
+                    "UPDATE straggler SET slowdown = %s, ended_at = %s, aggressor_job = coalesce(%s, aggressor_job)"
+                    " WHERE straggler_id = %s",
                     (straggler.slowdown, _at(straggler.ended_s), finding.aggressor, finding.row_id),
                 )
             finding.changed = False
@@ -364,8 +368,10 @@ class StragglerWatch:
         )
         if found := await cur.fetchone():
             await conn.execute(
-                "UPDATE straggler SET slowdown = %s, ended_at = %s WHERE straggler_id = %s",
-                (straggler.slowdown, _at(straggler.ended_s), found[0]),
+                # The aggressor too: a predecessor may have stored the row before it was named.
+                "UPDATE straggler SET slowdown = %s, ended_at = %s, aggressor_job = coalesce(%s, aggressor_job)"
+                " WHERE straggler_id = %s",
+                (straggler.slowdown, _at(straggler.ended_s), finding.aggressor, found[0]),
             )
             return int(found[0])
         cur = await conn.execute(
@@ -410,16 +416,17 @@ class _Grid:
         key_at, bucket_at = columns.index(key), columns.index("bucket")
         value_at = [i for i in range(len(columns)) if i not in (key_at, bucket_at)]
         self.names = [columns[i] for i in value_at]
-        self.row_of = {k: i for i, k in enumerate(dict.fromkeys(row[key_at] for row in rows))}
+        # Column by column, not row by row: a cycle reads a row per GPU and per port of the fleet.
+        by_column: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+        keys, buckets = by_column[key_at], by_column[bucket_at]
+        self.row_of = {k: i for i, k in enumerate(dict.fromkeys(keys))}
         # One row more than there are ids: the row of an id without samples, NaN throughout.
         self.data = np.full((len(value_at), len(self.row_of) + 1, int((end - start) / SAMPLE)), np.nan)
         if not rows:
             return
-        # Column by column, not row by row: a cycle reads a row per GPU and per port of the fleet.
-        by_column = list(zip(*rows, strict=True))
-        step_of = {bucket: round((bucket - start) / SAMPLE) for bucket in set(by_column[bucket_at])}
-        ids = np.fromiter((self.row_of[k] for k in by_column[key_at]), np.intp, len(rows))
-        steps = np.fromiter((step_of[bucket] for bucket in by_column[bucket_at]), np.intp, len(rows))
+        step_of = {bucket: round((bucket - start) / SAMPLE) for bucket in set(buckets)}
+        ids = np.fromiter(map(self.row_of.__getitem__, keys), np.intp, len(rows))
+        steps = np.fromiter(map(step_of.__getitem__, buckets), np.intp, len(rows))
         values = np.array([by_column[i] for i in value_at], dtype=float)  # None reads NaN
         kept = (steps >= 0) & (steps < self.data.shape[2])
         self.data[:, ids[kept], steps[kept]] = values[:, kept]
