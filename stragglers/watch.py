@@ -116,7 +116,7 @@ class StragglerWatch:
         self._name_aggressors()
         for job_id, job in self.jobs.items():
             await self._store(conn, job_id, job)
-            await self._store_model(conn, job_id, job, now)
+        await self._store_models(conn, now)
         return sum(job.active is not None for job in self.jobs.values())
 
     async def _follow_jobs(
@@ -315,19 +315,31 @@ class StragglerWatch:
         # Ended ones are final in the table: forget them.
         job.findings = {key: f for key, f in job.findings.items() if f.straggler.ended_s is None}
 
-    async def _store_model(self, conn: AsyncConnection[Any], job_id: str, job: _Job, now: datetime) -> None:
-        """How the job is judged, for the jobs pages: written when it changes, and each minute for its measure."""
-        model = job.detector.model
-        if job.model_stored is not None and job.model_stored[0] == model and now - job.model_stored[1] < MODEL_REFRESH:
+    async def _store_models(self, conn: AsyncConnection[Any], now: datetime) -> None:
+        """How each job is judged, for the jobs pages: written when it changes, and each minute for its
+        measure; in one statement batch (10,000 jobs refresh in the same cycle, a minute apart)."""
+        due = [
+            (job_id, job, job.detector.model)
+            for job_id, job in self.jobs.items()
+            if job.model_stored is None
+            or job.model_stored[0] != job.detector.model
+            or now - job.model_stored[1] >= MODEL_REFRESH
+        ]
+        if not due:
             return
-        wander = job.detector.wander
-        await conn.execute(
-            "INSERT INTO straggler_job_model (cluster, job_id, model, wander, updated_at) VALUES (%s, %s, %s, %s, %s)"
-            " ON CONFLICT (cluster, job_id) DO UPDATE"
-            " SET model = excluded.model, wander = excluded.wander, updated_at = excluded.updated_at",
-            (job.cluster, job_id, model, wander if math.isfinite(wander) else None, now),
-        )
-        job.model_stored = (model, now)
+        rows = []
+        for job_id, job, model in due:
+            wander = job.detector.wander
+            rows.append((job.cluster, job_id, model, wander if math.isfinite(wander) else None, now))
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO straggler_job_model (cluster, job_id, model, wander, updated_at)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (cluster, job_id) DO UPDATE"
+                " SET model = excluded.model, wander = excluded.wander, updated_at = excluded.updated_at",
+                rows,
+            )
+        for _, job, model in due:
+            job.model_stored = (model, now)
 
     def _name_aggressors(self) -> None:
         """A job slowed by the fabric while another job on some of its nodes sends much more than it did
