@@ -1,5 +1,5 @@
 """Runs a command for the health loop (a scheduler's client, a site's validation check): no shell, stdout
-and stderr together, a time limit after which it is killed."""
+and stderr together, a time limit after which it is killed, and killed too when its caller is cancelled."""
 
 from __future__ import annotations
 
@@ -32,4 +32,9 @@ async def run_command(argv: Sequence[str], timeout_s: float) -> Ran:
         proc.kill()
         await proc.wait()
         return Ran(None, "", f"no result in {timeout_s:.0f} s")
+    except BaseException:  # cancelled (its node's shard went to another collector): the command goes too
+        if proc.returncode is None:
+            proc.kill()
+            await asyncio.shield(proc.wait())
+        raise
     return Ran(proc.returncode, out.decode(errors="replace").strip())

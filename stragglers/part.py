@@ -18,6 +18,7 @@ def stragglers_part(every_s: float, run_watch: bool = True) -> Part:
     watcher = StragglerWatch()  # one per collector: it keeps what it knows across a lost and regained lead
 
     async def watch(lease: ShardLease, dsn: str) -> None:
+        watcher.forget()  # a new lease: another collector may have led these jobs meanwhile
         while True:
             await lease.rebalance()  # between cycles: a job is never fed by two watches at once
             await watcher.cycle(lease.conn, owns=lease.owns)

@@ -143,6 +143,7 @@ class StragglerWatch:
         ports_of: dict[int, list[int]] = dict(await cur.fetchall())
         for job_id in set(self.jobs) - set(running):
             await self._finish(conn, job_id, end)
+        await self._end_orphans(conn, set(everywhere), end, owns)
         for job_id, (gpus, nodes, started, cluster) in running.items():
             node_ids = list(dict.fromkeys(nodes))
             port_ids = [port for node in node_ids for port in ports_of.get(node, [])]
@@ -408,6 +409,27 @@ class StragglerWatch:
         row = await cur.fetchone()
         assert row is not None
         return int(row[0])
+
+    def forget(self) -> None:
+        """Drop every job (a new shard lease: what this watch knew may predate another's writes); each is
+        replayed at the next cycle and adopts its stored rows."""
+        self.jobs.clear()
+
+    async def _end_orphans(
+        self, conn: AsyncConnection[Any], running: set[str], end: datetime, owns: Callable[[str], bool] | None
+    ) -> None:
+        """End the open stragglers of this watch's jobs that ended while no watch followed them (their
+        shard moving, or their watch gone), at the job's end."""
+        cur = await conn.execute("SELECT DISTINCT job_id FROM straggler WHERE ended_at IS NULL")
+        for (job_id,) in await cur.fetchall():
+            if job_id in running or job_id in self.jobs or (owns is not None and not owns(job_id)):
+                continue
+            await conn.execute(
+                "UPDATE straggler SET ended_at = coalesce("
+                " (SELECT max(ended_at) FROM job_allocation WHERE job_id = %s), %s)"
+                " WHERE job_id = %s AND ended_at IS NULL",
+                (job_id, end, job_id),
+            )
 
     async def _finish(self, conn: AsyncConnection[Any], job_id: str, end: datetime) -> None:
         """The job ended (or changed shape): an active straggler ends with it."""

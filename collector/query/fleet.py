@@ -104,8 +104,8 @@ WHERE NOT s.unhealthy AND s.idle ORDER BY 1 LIMIT %(limit)s
 _OVERVIEW_SQL = sql.SQL(
     """{states}, summary AS ({summary}), unhealthy AS ({unhealthy}), idle_jobs AS ({idle})
 SELECT (SELECT row_to_json(summary)::text FROM summary),
-       (SELECT coalesce(json_agg(unhealthy), '[]')::text FROM unhealthy),
-       (SELECT coalesce(json_agg(job_id), '[]')::text FROM idle_jobs)
+       (SELECT coalesce(json_agg(unhealthy ORDER BY cluster, name, gpu_index), '[]')::text FROM unhealthy),
+       (SELECT coalesce(json_agg(job_id ORDER BY job_id), '[]')::text FROM idle_jobs)
 """
 ).format(
     states=sql.SQL(_STATES.rstrip()),

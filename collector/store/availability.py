@@ -58,6 +58,10 @@ class CommitsStuck(psycopg.OperationalError):
         super().__init__(message)
         self.host, self.port = host, port
 
+    @property
+    def host_port(self) -> tuple[str, str]:
+        return (self.host, self.port)
+
 
 @dataclass(frozen=True)
 class Availability:

@@ -24,31 +24,28 @@ DEFAULT_PORT = "5432"
 class Route:
     def __init__(self, dsn: str) -> None:
         self.full = dsn
-        self._hosts = _hosts(dsn)
-        self.fenced: tuple[str, str] | None = None
+        self.hosts = _hosts(dsn)
+        self.fenced: set[tuple[str, str]] = set()
 
     def dsn(self) -> str:
         """The DSN to connect through now (a pool's conninfo callable)."""
-        if self.fenced is None:
+        if not self.fenced:
             return self.full
-        kept = [address for address in self._hosts if address != self.fenced]
+        kept = [address for address in self.hosts if address not in self.fenced]
         return make_conninfo(self.full, host=",".join(h for h, _ in kept), port=",".join(p for _, p in kept))
 
-    def can_fence(self, host: str, port: str) -> bool:
-        """Whether connections can avoid this host: the DSN names it among others (by host, not hostaddr)."""
-        return len(self._hosts) > 1 and (host, port) in self._hosts
+    def others(self, host: str, port: str) -> list[tuple[str, str]]:
+        """The DSN's hosts but this one and the fenced: where another primary may be. None where the DSN
+        names hosts that cannot be told apart (hostaddr, a socket directory): nothing is fenced there."""
+        if (host, port) not in self.hosts:
+            return []
+        return [address for address in self.hosts if address != (host, port) and address not in self.fenced]
 
     def fence(self, host: str, port: str) -> None:
-        self.fenced = (host, port)
+        self.fenced.add((host, port))
 
-    def unfence(self) -> None:
-        self.fenced = None
-
-    def fenced_dsn(self) -> str | None:
-        """The fenced host alone, to ask whether it is still a primary; None when none is fenced."""
-        if self.fenced is None:
-            return None
-        return one_host(self.full, *self.fenced)
+    def unfence(self, host: str, port: str) -> None:
+        self.fenced.discard((host, port))
 
 
 def one_host(dsn: str, host: str, port: str) -> str:

@@ -30,12 +30,13 @@ from typing import Any
 
 import psycopg
 
-from gpuscope.collector.store.availability import CommitsStuck, DatabaseStatus, StandbyDatabase
+from gpuscope.collector.store.availability import Cause, CommitsStuck, DatabaseStatus, StandbyDatabase
 from gpuscope.collector.store.route import Route, one_host
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 2.0  # a server that has not answered `SELECT 1` in this long is not taking writes either
+GONE_CHECKS = 3  # a fenced host that answers none of this many checks in a row is gone
 # A synchronous commit takes milliseconds; one that has waited this long for its standby is stuck (or
 # the standby is far behind: then the fence lifts again at once, no other host being a primary). Short,
 # since it adds to every failover that leaves a primary behind.
@@ -61,6 +62,9 @@ async def watch_database(
     route = Route(route) if isinstance(route, str) else route
     probe: asyncio.Task[tuple[psycopg.AsyncConnection[Any], bool]] | None = None
     conn: psycopg.AsyncConnection[Any] | None = None
+    check: asyncio.Task[dict[tuple[str, str], str]] | None = None  # the fenced hosts, asked aside
+    gone: dict[tuple[str, str], int] = {}  # fenced hosts' unanswered checks in a row
+    told: set[tuple[str, str]] = set()  # hosts whose stuck commits were logged in this episode
     try:
         while True:
             if probe is None:
@@ -72,17 +76,21 @@ async def watch_database(
                 try:
                     conn, reconnected = probe.result()
                 except CommitsStuck as stuck:
-                    conn = None
-                    _fence(route, status, stuck)  # first: no new write is tried there
-                    await _recover(on_recovery)  # the pools' next connections go through the new route
-                    await _end_sessions(route, stuck)
-                    probe = None
+                    conn, probe = None, None
+                    if await _another_primary(route, stuck):  # a primary left behind by a failover
+                        _fence(route, status, stuck)  # first: no new write is tried there
+                        await _recover(on_recovery)  # the pools' next connections go through the new route
+                        await _end_sessions(route, stuck)
+                    elif stuck.host_port not in told:  # once an episode: its batches get the deadline's 503
+                        told.add(stuck.host_port)
+                        log.error("%s; no other host of the DSN is a primary: writes wait for their deadline", stuck)
                     await asyncio.sleep(every_s)
-                    continue  # the fence is judged after a probe through the other hosts
+                    continue
                 except (psycopg.Error, OSError) as exc:
                     _failed(status, exc)
                     conn = None
                 else:
+                    told.clear()
                     recovered = status.reachable()
                     if recovered:
                         log.warning("database reachable again: ingest resumes")
@@ -91,12 +99,15 @@ async def watch_database(
                     if recovered or reconnected:
                         await _recover(on_recovery)
                 probe = None
-            if route.fenced is not None:
-                await _lift_fence(route, status)
+            if route.fenced and (check is None or check.done()):
+                if check is not None:
+                    _lift_fences(route, status, check.result(), gone)
+                check = asyncio.create_task(_check_fenced(route), name="fenced hosts") if route.fenced else None
             await asyncio.sleep(every_s)
     finally:
-        if probe is not None:
-            probe.cancel()
+        for task in (probe, check):
+            if task is not None:
+                task.cancel()
         await _discard(conn)
 
 
@@ -136,12 +147,46 @@ async def _ask(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[An
 
 
 def _fence(route: Route, status: DatabaseStatus, stuck: CommitsStuck) -> None:
-    if route.can_fence(stuck.host, stuck.port):
-        route.fence(stuck.host, stuck.port)
-        log.error("%s; connections go to the DSN's other hosts until it is a standby or gone", stuck)
-    else:
-        log.error("%s; writes are refused until they finish", stuck)
+    route.fence(stuck.host, stuck.port)
+    log.error("%s; another host is a primary: connections go there until this one is a standby or gone", stuck)
     status.fence(str(stuck))
+
+
+async def _another_primary(route: Route, stuck: CommitsStuck) -> bool:
+    """Whether another host of the DSN is a primary, each asked directly: only then is the stuck one a
+    primary left behind (fenced). Otherwise its standby is gone or slow, and nothing else takes writes."""
+    answers = await _ask_hosts(route, route.others(stuck.host, stuck.port))
+    return "primary" in answers.values()
+
+
+async def _check_fenced(route: Route) -> dict[tuple[str, str], str]:
+    return await _ask_hosts(route, sorted(route.fenced))
+
+
+async def _ask_hosts(route: Route, hosts: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """Each host's role: "primary", "standby" or "gone". Asked at once, each bounded by its connect
+    timeout and the server's statement timeout: the tasks are never cancelled (a cancelled query waits
+    for its cancel request), a late one is called gone."""
+    tasks = {host: asyncio.create_task(_role(one_host(route.full, *host))) for host in hosts}
+    if tasks:
+        await asyncio.wait(tasks.values(), timeout=2 * PROBE_TIMEOUT_S)
+    return {host: task.result() if task.done() else "gone" for host, task in tasks.items()}
+
+
+async def _role(dsn: str) -> str:
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, connect_timeout=int(PROBE_TIMEOUT_S), options="-c statement_timeout=2000"
+        )
+    except (psycopg.Error, OSError):
+        return "gone"
+    try:
+        row = await (await conn.execute("SELECT pg_is_in_recovery()")).fetchone()
+        return "standby" if row and row[0] else "primary"
+    except (psycopg.Error, OSError):
+        return "gone"
+    finally:
+        await _discard(conn)
 
 
 async def _end_sessions(route: Route, stuck: CommitsStuck) -> None:
@@ -165,34 +210,25 @@ async def _end_sessions(route: Route, stuck: CommitsStuck) -> None:
         log.warning("could not end the sessions on %s:%s: %s", stuck.host, stuck.port, exc)
 
 
-async def _lift_fence(route: Route, status: DatabaseStatus) -> None:
-    """The fenced host back among the DSN's hosts once it is a standby (Patroni demoted it) or gone; or
-    when no other host took over as a working primary and no commit waits there now (a standby that
-    was only slow for a while)."""
-    fenced = route.fenced_dsn()
-    assert fenced is not None
-    try:
-        conn = await asyncio.wait_for(_connect(fenced), PROBE_TIMEOUT_S)
-    except (psycopg.Error, OSError, TimeoutError):
-        verdict = "gone"
-    else:
-        try:
-            cur = await asyncio.wait_for(conn.execute(_PROBE_SQL, (STUCK_S,)), PROBE_TIMEOUT_S)
-            row = await cur.fetchone()
-            if row and row[0]:
-                verdict = "a standby"
-            elif row and not row[1] and not status.current().ok:
-                verdict = "the only primary, its commits no longer stuck"
-            else:
-                verdict = ""
-        except (psycopg.Error, OSError, TimeoutError):
-            verdict = "gone"
-        finally:
-            await _discard(conn)
-    if verdict:
-        host, port = route.fenced or ("", "")
-        route.unfence()
-        log.warning("%s:%s is %s now: back among the DSN's hosts", host, port, verdict)
+def _lift_fences(
+    route: Route, status: DatabaseStatus, roles: dict[tuple[str, str], str], gone: dict[tuple[str, str], int]
+) -> None:
+    """A fenced host back among the DSN's hosts once it is a standby (Patroni demoted it), or has not
+    answered GONE_CHECKS checks in a row, or is a primary again while the other hosts hold none (the
+    primary it was fenced for has gone: it is the only one left)."""
+    for host, role in roles.items():
+        gone[host] = gone.get(host, 0) + 1 if role == "gone" else 0
+        if role == "standby":
+            why = "a standby now"
+        elif gone[host] >= GONE_CHECKS:
+            why = f"unanswering in {GONE_CHECKS} checks"
+        elif role == "primary" and status.current().cause is Cause.STANDBY:
+            why = "the only primary left"
+        else:
+            continue
+        route.unfence(*host)
+        gone.pop(host, None)
+        log.warning("%s:%s is %s: back among the DSN's hosts", *host, why)
 
 
 async def _recover(on_recovery: Callable[[], Awaitable[None]]) -> None:

@@ -6,6 +6,10 @@ fences A and ends its sessions there, and ingest goes on through B without a res
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,7 +19,10 @@ import psycopg
 import psycopg.sql
 import pytest
 
+from gpuscope.collector.store.availability import DatabaseStatus
 from gpuscope.collector.store.migrate import migrate
+from gpuscope.collector.store.route import Route
+from gpuscope.collector.store.watch import STUCK_S, watch_database
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.exporter.wire import Origin
 from tests.conftest import running_postgres, server_dir
@@ -91,3 +98,50 @@ def _batches(dsn: str, origin: Origin) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM ingest_batch WHERE exporter_id = %s", (origin.exporter_id,)).fetchone()
     return int(row[0]) if row else 0
+
+
+def test_stuck_commits_with_no_other_primary_are_not_fenced(
+    two_primaries: tuple[EmbeddedPostgres, ...], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The only primary's standby is gone (or slow): nothing else takes writes, so nothing is fenced and
+    no session ended; the commits wait, their batches get the write deadline's 503."""
+    a, _ = two_primaries
+    port_a = psycopg.conninfo.conninfo_to_dict(a.dsn)["port"]
+    dsn = psycopg.conninfo.make_conninfo(a.dsn, host="127.0.0.1,127.0.0.1", port=f"{port_a},9")  # 9: nobody
+    with psycopg.connect(a.dsn, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
+        conn.execute("SELECT pg_reload_conf()")
+    writer = threading.Thread(target=_commit, args=(a.dsn,), daemon=True)
+    writer.start()
+
+    async def watch_for(seconds: float) -> DatabaseStatus:
+        status = DatabaseStatus()
+
+        async def nothing() -> None:
+            pass
+
+        task = asyncio.create_task(watch_database(Route(dsn), status, nothing, every_s=0.2))
+        await asyncio.sleep(seconds)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return status
+
+    try:
+        with caplog.at_level(logging.ERROR, "gpuscope.collector.store.watch"):
+            status = asyncio.run(watch_for(STUCK_S + 3))
+        assert "no other host of the DSN is a primary" in caplog.text
+        assert status.refuses_writes() is None, "not fenced: writes are tried (and meet their deadline)"
+        with psycopg.connect(a.dsn, autocommit=True) as conn:
+            waiting = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()
+        assert waiting == (1,), "the waiting commit's session was left alone"
+    finally:
+        with psycopg.connect(a.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            conn.execute("SELECT pg_reload_conf()")
+        writer.join(timeout=10)
+
+
+def _commit(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS stuck_probe (x int)")

@@ -163,3 +163,21 @@ def _collectors(dsn: str, tmp_path: Path, count: int) -> Iterator[list[subproces
     finally:
         for process in processes:
             stop_process(process)
+
+
+def test_a_straggler_whose_job_ended_unwatched_is_ended(collector: RunningCollector) -> None:
+    """A job's watch gone (its shard moved, its collector died) while its straggler was open, and the job
+    ended before any watch followed it again: the next watch to lead its shard ends the row, at the
+    job's end."""
+    start = time.time() - HISTORY_S - 20
+    fault = Fault("thermal", 1, 2, onset_s=1500.0, end_s=HISTORY_S + 600, severity=0.2)  # still on at the end
+    push(collector, simulate(TrainingJob(JOB.nodes, JOB.gpus_per_node, seed=41), [fault], HISTORY_S), start, "left-1")
+    now = datetime.fromtimestamp(start + HISTORY_S + 20, UTC)
+    asyncio.run(_run_alone(collector.dsn, [now]))
+    assert [row[3] for row in _stored(collector.dsn)] == [False], "an open straggler"
+    with psycopg.connect(collector.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE job_allocation SET ended_at = %s WHERE job_id = 'left-1'", (now,))
+    asyncio.run(_run_alone(collector.dsn, [now + timedelta(seconds=30)]))  # another watch, the job gone
+    with psycopg.connect(collector.dsn) as conn:
+        ended = conn.execute("SELECT ended_at FROM straggler WHERE job_id = 'left-1'").fetchall()
+    assert ended == [(now,)]
