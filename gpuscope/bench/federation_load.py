@@ -9,17 +9,15 @@ so their ids (1, 2, ... in one database; k * ID_BLOCK + 1, ... in cluster k) sor
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import psycopg
 
+from gpuscope.bench.peers_store import at, make_partitions, roll_up_all
 from gpuscope.bench.telemetry import METRICS, GpuId, Telemetry
-from gpuscope.collector.store import partitions, rollups
 from gpuscope.collector.store.copy_binary import CopyColumn, encode
 
 CHUNK_ROWS = 200_000
@@ -45,7 +43,7 @@ def load(dsn: str, telemetry: Telemetry, positions: Sequence[int]) -> int:
     with psycopg.connect(dsn) as conn:
         gpu_ids = _inventory(conn, [telemetry.gpus[p] for p in chosen])
         conn.commit()
-        asyncio.run(_partitions(dsn, telemetry))
+        asyncio.run(make_partitions(dsn, telemetry))
         per_chunk = max(1, CHUNK_ROWS // len(chosen))
         names = ", ".join(["ts", "gpu_id", "up", *METRICS])
         for lo in range(0, telemetry.steps, per_chunk):
@@ -64,10 +62,10 @@ def load(dsn: str, telemetry: Telemetry, positions: Sequence[int]) -> int:
         conn.execute(
             "INSERT INTO rollup_dirty_minute SELECT generate_series(date_bin('1 minute', %s, 'epoch'), %s,"
             " interval '1 minute') ON CONFLICT DO NOTHING",
-            (_time(telemetry.start), _time(telemetry.end)),
+            (at(telemetry.start), at(telemetry.end)),
         )
         conn.commit()
-    asyncio.run(_roll_up(dsn))
+    asyncio.run(roll_up_all(dsn))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     return telemetry.steps * len(chosen)
@@ -88,23 +86,17 @@ def _inventory(conn: psycopg.Connection[Any], gpus: list[GpuId]) -> np.ndarray:
     return np.array([by_uuid[g.uuid] for g in gpus], dtype=np.int64)
 
 
-async def _partitions(dsn: str, telemetry: Telemetry) -> None:
-    days = {partitions.day_of(float(t)) for t in (telemetry.start, telemetry.end, time.time())}
-    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
-        await partitions.ensure(conn, days)
-
-
 def _allocations(conn: psycopg.Connection[Any], telemetry: Telemetry, gpu_id_of: dict[int, int]) -> None:
     """The jobs' allocations of the GPUs held here (a job over two cluster databases is in both)."""
     node_of = dict(conn.execute("SELECT gpu_id, node_id FROM gpu").fetchall())
     rows = []
     for job in telemetry.jobs:
-        ended = None if job.end_step >= telemetry.steps else _time(telemetry.start + job.end_step * telemetry.step_s)
+        ended = None if job.end_step >= telemetry.steps else at(telemetry.start + job.end_step * telemetry.step_s)
         for position in job.gpus:
             if position in gpu_id_of:
                 gpu_id = gpu_id_of[position]
-                first = _time(telemetry.start + job.first_step * telemetry.step_s)
-                last = _time(telemetry.start + (job.end_step - 1) * telemetry.step_s)
+                first = at(telemetry.start + job.first_step * telemetry.step_s)
+                last = at(telemetry.start + (job.end_step - 1) * telemetry.step_s)
                 rows.append((job.job_id, job.user, node_of[gpu_id], gpu_id, first, last, ended))
     with conn.cursor() as cur:
         cur.executemany(
@@ -113,13 +105,3 @@ def _allocations(conn: psycopg.Connection[Any], telemetry: Telemetry, gpu_id_of:
             rows,
         )
     conn.commit()
-
-
-async def _roll_up(dsn: str) -> None:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        while await rollups.roll_up(conn, datetime.now(UTC) + timedelta(hours=1)):
-            pass
-
-
-def _time(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)

@@ -46,7 +46,7 @@ def load(dsn: str, telemetry: Telemetry) -> int:
     with psycopg.connect(dsn) as conn:
         gpu_ids = _inventory(conn, telemetry)
         conn.commit()
-        asyncio.run(_partitions(dsn, telemetry))
+        asyncio.run(make_partitions(dsn, telemetry))
         per_chunk = max(1, CHUNK_ROWS // len(telemetry.gpus))
         names = ", ".join(["ts", "gpu_id", "up", *METRICS])
         for lo in range(0, telemetry.steps, per_chunk):
@@ -65,10 +65,10 @@ def load(dsn: str, telemetry: Telemetry) -> int:
         conn.execute(
             "INSERT INTO rollup_dirty_minute SELECT generate_series(date_bin('1 minute', %s, 'epoch'), %s,"
             " interval '1 minute') ON CONFLICT DO NOTHING",
-            (_time(telemetry.start), _time(telemetry.end)),
+            (at(telemetry.start), at(telemetry.end)),
         )
         conn.commit()
-    asyncio.run(_roll_up(dsn))
+    asyncio.run(roll_up_all(dsn))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     return telemetry.steps * len(telemetry.gpus)
@@ -96,7 +96,8 @@ def _inventory(conn: psycopg.Connection[Any], telemetry: Telemetry) -> np.ndarra
     return np.array([by_uuid[g.uuid] for g in telemetry.gpus], dtype=np.int64)
 
 
-async def _partitions(dsn: str, telemetry: Telemetry) -> None:
+async def make_partitions(dsn: str, telemetry: Telemetry) -> None:
+    """The sample partitions of the telemetry's days, and today's."""
     days = {partitions.day_of(float(t)) for t in (telemetry.start, telemetry.end, time.time())}
     async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
         await partitions.ensure(conn, days)
@@ -107,7 +108,7 @@ def _allocations(conn: psycopg.Connection[Any], telemetry: Telemetry, gpu_ids: n
     rows = []
     for job in telemetry.jobs:
         last = job.end_step >= telemetry.steps  # still running at the end of the day
-        ended = None if last else _time(telemetry.start + job.end_step * telemetry.step_s)
+        ended = None if last else at(telemetry.start + job.end_step * telemetry.step_s)
         for position in job.gpus:
             gpu_id = int(gpu_ids[position])
             rows.append(
@@ -116,8 +117,8 @@ def _allocations(conn: psycopg.Connection[Any], telemetry: Telemetry, gpu_ids: n
                     job.user,
                     node_of[gpu_id],
                     gpu_id,
-                    _time(telemetry.start + job.first_step * telemetry.step_s),
-                    _time(telemetry.start + (job.end_step - 1) * telemetry.step_s),
+                    at(telemetry.start + job.first_step * telemetry.step_s),
+                    at(telemetry.start + (job.end_step - 1) * telemetry.step_s),
                     ended,
                 )
             )
@@ -130,13 +131,14 @@ def _allocations(conn: psycopg.Connection[Any], telemetry: Telemetry, gpu_ids: n
     conn.commit()
 
 
-async def _roll_up(dsn: str) -> None:
+async def roll_up_all(dsn: str) -> None:
+    """Every minute and hour of what was loaded rolled up, as maintenance would have."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         while await rollups.roll_up(conn, datetime.now(UTC) + timedelta(hours=1)):
             pass
 
 
-def _time(seconds: float) -> datetime:
+def at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
@@ -218,4 +220,4 @@ class Questions:
 
 
 def _iso(seconds: float) -> str:
-    return _time(seconds).isoformat()
+    return at(seconds).isoformat()

@@ -31,23 +31,15 @@ async def lead_when_free(
 ) -> None:
     """Forever: take the lock when free and run `lead` on that connection until it fails; log, wait
     `retry_s`, try again. Database trouble and bugs alike end only this attempt, never the task."""
-    while True:
-        try:
-            # Named after the process, so pg_stat_activity tells which collector leads.
-            name = f"gpuscope {what} pid {os.getpid()}"
-            async with await psycopg.AsyncConnection.connect(
-                resolve(dsn), autocommit=True, application_name=name
-            ) as conn:
-                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key,))
-                row = await cur.fetchone()
-                if row and row[0]:
-                    log.info("this collector runs the %s", what)
-                    await lead(conn)
-        except psycopg.Error as exc:
-            log.warning("%s interrupted (will retry): %s", what, exc)
-        except Exception:  # a bug must not end it for good: log it and start over
-            log.exception("%s failed (will retry)", what)
-        await asyncio.sleep(retry_s)
+
+    async def attempt(conn: AsyncConnection[Any]) -> None:
+        cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key,))
+        row = await cur.fetchone()
+        if row and row[0]:
+            log.info("this collector runs the %s", what)
+            await lead(conn)
+
+    await _forever(dsn, what, retry_s, attempt)
 
 
 async def lead_shards(
@@ -56,15 +48,27 @@ async def lead_shards(
     """Forever: join the task's members on a connection of its own and run `lead` with the lease (it
     rebalances between rounds, core/shards.py) until it fails; log, wait `retry_s`, join again. The
     shards go with the connection, to the other members."""
+
+    async def attempt(conn: AsyncConnection[Any]) -> None:
+        lease = ShardLease(conn, base_key, what)
+        await lease.join()
+        await lead(lease)
+
+    await _forever(dsn, what, retry_s, attempt)
+
+
+async def _forever(
+    dsn: Dsn, what: str, retry_s: float, attempt: Callable[[AsyncConnection[Any]], Awaitable[None]]
+) -> None:
+    """`attempt` on a connection of its own, again after `retry_s` whenever it ends or fails."""
     while True:
         try:
+            # Named after the process, so pg_stat_activity tells which collector leads.
             name = f"gpuscope {what} pid {os.getpid()}"
             async with await psycopg.AsyncConnection.connect(
                 resolve(dsn), autocommit=True, application_name=name
             ) as conn:
-                lease = ShardLease(conn, base_key, what)
-                await lease.join()
-                await lead(lease)
+                await attempt(conn)
         except psycopg.Error as exc:
             log.warning("%s interrupted (will retry): %s", what, exc)
         except Exception:  # a bug must not end it for good: log it and start over
