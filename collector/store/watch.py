@@ -12,12 +12,14 @@ under a second). The watch's own connection is then broken though the server is 
 fresh one before it calls the database away, and drains the pools all the same, since theirs broke too.
 
 A primary whose commits wait for a synchronous standby that is gone (its Patroni died, and the standby
-was promoted elsewhere) still says it is not in recovery. The probe also asks whether this collector's
-own sessions there have waited on a synchronous standby for longer than the write deadline: if so,
-those sessions are ended (their batches were answered 503 already; the exporters send them again),
-writes are refused at once, and where the DSN names other hosts that one is fenced (store/route.py):
-every connection made afterwards goes elsewhere, so the new primary is found. The fence lifts once
-that host is a standby (Patroni demoted it) or gone.
+was promoted elsewhere) still says it is not in recovery. The probe also asks whether this role's
+sessions there have waited on a synchronous standby for more than STUCK_S, and if so asks the DSN's
+other hosts directly whether one is a primary. Only then is this one a primary left behind: writes are
+refused at once, the host is fenced (store/route.py: every connection made afterwards goes elsewhere,
+so the new primary is found), the pools drained and the role's sessions there ended (their batches come
+again). A fenced host is checked aside each second and comes back once it is a standby (Patroni demoted
+it), stops answering, or is the only primary left. With no other primary nothing is fenced: the
+batches get the write deadline's 503 until the commits finish.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 2.0  # a server that has not answered `SELECT 1` in this long is not taking writes either
 GONE_CHECKS = 3  # a fenced host that answers none of this many checks in a row is gone
-# A synchronous commit takes milliseconds; one that has waited this long for its standby is stuck (or
-# the standby is far behind: then the fence lifts again at once, no other host being a primary). Short,
-# since it adds to every failover that leaves a primary behind.
+# A synchronous commit takes milliseconds; one that has waited this long for its standby is stuck, or
+# its standby far behind (then no other host is a primary, and nothing is fenced). Short, since it adds
+# to every failover that leaves a primary behind.
 STUCK_S = 5.0
 
 # In recovery; and this role's sessions whose statement (a COMMIT) has waited on a synchronous standby
@@ -100,8 +102,10 @@ async def watch_database(
                         await _recover(on_recovery)
                 probe = None
             if route.fenced and (check is None or check.done()):
-                if check is not None:
+                if check is not None and check.exception() is None:
                     _lift_fences(route, status, check.result(), gone)
+                elif check is not None:  # a bug: logged, and the hosts asked again
+                    log.error("asking the fenced hosts failed: %r", check.exception())
                 check = asyncio.create_task(_check_fenced(route), name="fenced hosts") if route.fenced else None
             await asyncio.sleep(every_s)
     finally:
