@@ -29,7 +29,7 @@ import psycopg
 from gpuscope.bench import federation_ingest as ingest
 from gpuscope.bench import federation_questions as questions
 from gpuscope.bench.federation_explain import explain
-from gpuscope.bench.federation_load import cluster_name, load, split_into_clusters
+from gpuscope.bench.federation_load import cluster_name, split_into_clusters
 from gpuscope.bench.federation_schema import (
     CONNECT_TIMEOUT_S,
     ClusterDb,
@@ -38,6 +38,7 @@ from gpuscope.bench.federation_schema import (
     build_coordinator,
     set_remote_estimate,
 )
+from gpuscope.bench.peers_store import load
 from gpuscope.bench.telemetry import JobSpan, Telemetry, make_telemetry
 from gpuscope.collector.query import inventory_counts
 from gpuscope.collector.store.migrate import migrate

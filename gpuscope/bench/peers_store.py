@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,7 +16,7 @@ import httpx
 import numpy as np
 import psycopg
 
-from gpuscope.bench.telemetry import METRICS, Telemetry
+from gpuscope.bench.telemetry import METRICS, GpuId, Telemetry
 from gpuscope.bench.timing import p95, timed
 from gpuscope.collector.store import partitions, rollups
 from gpuscope.collector.store.copy_binary import CopyColumn, encode
@@ -41,27 +42,30 @@ class Answer:
         return p95(self.times_ms)
 
 
-def load(dsn: str, telemetry: Telemetry) -> int:
-    """Load every sample and allocation, then roll up as maintenance would; returns the rows loaded."""
+def load(dsn: str, telemetry: Telemetry, positions: Sequence[int] | None = None) -> int:
+    """Load the samples and allocations of the GPUs at `positions` (all of them by default; `bench
+    federation` gives each cluster database its share), then roll up as maintenance would; returns the
+    rows loaded. GPUs are inserted in position order, so their ids sort as their positions do."""
+    chosen = np.arange(len(telemetry.gpus)) if positions is None else np.asarray(positions, dtype=np.int64)
     with psycopg.connect(dsn) as conn:
-        gpu_ids = _inventory(conn, telemetry)
+        gpu_ids = _inventory(conn, [telemetry.gpus[p] for p in chosen])
         conn.commit()
         asyncio.run(make_partitions(dsn, telemetry))
-        per_chunk = max(1, CHUNK_ROWS // len(telemetry.gpus))
+        per_chunk = max(1, CHUNK_ROWS // len(chosen))
         names = ", ".join(["ts", "gpu_id", "up", *METRICS])
         for lo in range(0, telemetry.steps, per_chunk):
             hi = min(lo + per_chunk, telemetry.steps)
             block = telemetry.block(lo, hi)
-            rows = (hi - lo) * len(gpu_ids)
+            rows = (hi - lo) * len(chosen)
             columns = [
-                CopyColumn("timestamptz", np.repeat(telemetry.stamps(lo, hi), len(gpu_ids))),
+                CopyColumn("timestamptz", np.repeat(telemetry.stamps(lo, hi), len(chosen))),
                 CopyColumn("int4", np.tile(gpu_ids, hi - lo)),
                 CopyColumn("bool", np.ones(rows, dtype=bool)),
-            ] + [CopyColumn(STORED_TYPE, block[key].reshape(-1)) for key in METRICS]
+            ] + [CopyColumn(STORED_TYPE, block[key][:, chosen].reshape(-1)) for key in METRICS]
             with conn.cursor().copy(f"COPY gpu_sample ({names}) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.write(encode(columns))
             conn.commit()
-        _allocations(conn, telemetry, gpu_ids)
+        _allocations(conn, telemetry, dict(zip(chosen.tolist(), gpu_ids.tolist(), strict=True)))
         conn.execute(
             "INSERT INTO rollup_dirty_minute SELECT generate_series(date_bin('1 minute', %s, 'epoch'), %s,"
             " interval '1 minute') ON CONFLICT DO NOTHING",
@@ -71,7 +75,7 @@ def load(dsn: str, telemetry: Telemetry) -> int:
     asyncio.run(roll_up_all(dsn))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
-    return telemetry.steps * len(telemetry.gpus)
+    return telemetry.steps * len(chosen)
 
 
 def database_bytes(dsn: str) -> int:
@@ -81,19 +85,19 @@ def database_bytes(dsn: str) -> int:
     return int(row[0])
 
 
-def _inventory(conn: psycopg.Connection[Any], telemetry: Telemetry) -> np.ndarray:
-    """Nodes and GPUs in the telemetry's order; returns each GPU's gpu_id, by position."""
-    nodes = sorted({(g.cluster, g.node, g.rack) for g in telemetry.gpus}, key=lambda n: n[1])
+def _inventory(conn: psycopg.Connection[Any], gpus: list[GpuId]) -> np.ndarray:
+    """Nodes, then GPUs, in position order; each GPU's gpu_id, by position."""
+    nodes = list(dict.fromkeys((g.cluster, g.node, g.rack) for g in gpus))
     with conn.cursor() as cur:
         cur.executemany("INSERT INTO node (cluster, name, rack) VALUES (%s, %s, %s)", nodes)
-    node_ids = dict(conn.execute("SELECT name, node_id FROM node").fetchall())
+    node_ids = {(c, n): i for c, n, i in conn.execute("SELECT cluster, name, node_id FROM node").fetchall()}
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id) VALUES (%s, %s, %s, 'H100', '-')",
-            [(node_ids[g.node], g.index, g.uuid) for g in telemetry.gpus],
+            [(node_ids[(g.cluster, g.node)], g.index, g.uuid) for g in gpus],
         )
     by_uuid = dict(conn.execute("SELECT uuid, gpu_id FROM gpu").fetchall())
-    return np.array([by_uuid[g.uuid] for g in telemetry.gpus], dtype=np.int64)
+    return np.array([by_uuid[g.uuid] for g in gpus], dtype=np.int64)
 
 
 async def make_partitions(dsn: str, telemetry: Telemetry) -> None:
@@ -103,25 +107,20 @@ async def make_partitions(dsn: str, telemetry: Telemetry) -> None:
         await partitions.ensure(conn, days)
 
 
-def _allocations(conn: psycopg.Connection[Any], telemetry: Telemetry, gpu_ids: np.ndarray) -> None:
+def _allocations(conn: psycopg.Connection[Any], telemetry: Telemetry, gpu_id_of: Mapping[int, int]) -> None:
+    """The jobs' allocations of the GPUs loaded here, by position (a job over two cluster databases is
+    in both)."""
     node_of = dict(conn.execute("SELECT gpu_id, node_id FROM gpu").fetchall())
     rows = []
     for job in telemetry.jobs:
         last = job.end_step >= telemetry.steps  # still running at the end of the day
         ended = None if last else at(telemetry.start + job.end_step * telemetry.step_s)
+        first_seen = at(telemetry.start + job.first_step * telemetry.step_s)
+        last_seen = at(telemetry.start + (job.end_step - 1) * telemetry.step_s)
         for position in job.gpus:
-            gpu_id = int(gpu_ids[position])
-            rows.append(
-                (
-                    job.job_id,
-                    job.user,
-                    node_of[gpu_id],
-                    gpu_id,
-                    at(telemetry.start + job.first_step * telemetry.step_s),
-                    at(telemetry.start + (job.end_step - 1) * telemetry.step_s),
-                    ended,
-                )
-            )
+            if position in gpu_id_of:
+                gpu_id = gpu_id_of[position]
+                rows.append((job.job_id, job.user, node_of[gpu_id], gpu_id, first_seen, last_seen, ended))
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO job_allocation (job_id, username, node_id, gpu_id, started_at, last_seen, ended_at)"
