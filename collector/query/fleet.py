@@ -64,8 +64,7 @@ WITH latest AS (
     FROM gpu g LEFT JOIN latest l USING (gpu_id) LEFT JOIN allocated a USING (gpu_id) LEFT JOIN xid x USING (gpu_id)
 )
 """
-_SUMMARY_SQL = sql.SQL(
-    """{states}
+_SUMMARY = """
 SELECT count(*), count(*) FILTER (WHERE reporting), count(*) FILTER (WHERE up),
        avg(util_pct)::float8, sum(power_w)::float8,
        (SELECT count(DISTINCT job_id) FROM job_allocation WHERE ended_at IS NULL),
@@ -78,62 +77,39 @@ SELECT count(*), count(*) FILTER (WHERE reporting), count(*) FILTER (WHERE up),
        avg(tensor_active_pct) FILTER (WHERE NOT unhealthy AND allocated AND idle IS NOT TRUE)::float8
 FROM states
 """
-).format(states=sql.SQL(_STATES))
-_UNHEALTHY_SQL = sql.SQL(
-    """{states}
+_UNHEALTHY = """
 SELECT n.cluster, n.rack, n.name, g.gpu_index, g.uuid,
        CASE WHEN NOT s.reporting THEN 'not reporting' WHEN NOT s.up_reported THEN 'down'
             WHEN coalesce(s.remap_failure, 0) > 0 THEN 'row remap failed'
             WHEN coalesce(s.remap_pending, 0) > 0 THEN 'row remap pending: needs a reset'
             ELSE 'critical XID in the last 10 minutes' END
 FROM states s JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)
-WHERE s.unhealthy ORDER BY n.cluster, n.name, g.gpu_index LIMIT %(limit)s
+WHERE s.unhealthy ORDER BY n.cluster, n.name, g.gpu_index LIMIT %(unhealthy_limit)s
 """
-).format(states=sql.SQL(_STATES))
-
-_IDLE_JOBS_SQL = sql.SQL(
-    """{states}
+_IDLE_JOBS = """
 SELECT DISTINCT a.job_id FROM states s JOIN job_allocation a ON a.gpu_id = s.gpu_id AND a.ended_at IS NULL
-WHERE NOT s.unhealthy AND s.idle ORDER BY 1 LIMIT %(limit)s
+WHERE NOT s.unhealthy AND s.idle ORDER BY 1 LIMIT %(idle_limit)s
 """
-).format(states=sql.SQL(_STATES))
-
+_SUMMARY_SQL, _UNHEALTHY_SQL, _IDLE_JOBS_SQL = (
+    sql.SQL("{states}{query}").format(states=sql.SQL(_STATES), query=sql.SQL(query))
+    for query in (_SUMMARY, _UNHEALTHY, _IDLE_JOBS)
+)
 
 # The three at once, the states computed once (a CTE read three times is materialized once): the
-# overview asks for all three at every refresh, and each alone reads every GPU's latest sample.
+# overview asks for all three at every refresh, and each alone reads every GPU's latest sample. The
+# lists come as JSON (a row each would repeat the summary), in the order their queries give.
 _OVERVIEW_SQL = sql.SQL(
     """{states}, summary AS ({summary}), unhealthy AS ({unhealthy}), idle_jobs AS ({idle})
-SELECT (SELECT row_to_json(summary)::text FROM summary),
-       (SELECT coalesce(json_agg(unhealthy ORDER BY cluster, name, gpu_index), '[]')::text FROM unhealthy),
-       (SELECT coalesce(json_agg(job_id ORDER BY job_id), '[]')::text FROM idle_jobs)
+SELECT summary.*,
+       (SELECT coalesce(json_agg(u ORDER BY u.cluster, u.name, u.gpu_index), '[]')::text FROM unhealthy u),
+       (SELECT coalesce(json_agg(i.job_id ORDER BY i.job_id), '[]')::text FROM idle_jobs i)
+FROM summary
 """
 ).format(
     states=sql.SQL(_STATES.rstrip()),
-    summary=sql.SQL(
-        "SELECT count(*) AS a, count(*) FILTER (WHERE reporting) AS b, count(*) FILTER (WHERE up) AS c,"
-        " avg(util_pct)::float8 AS d, sum(power_w)::float8 AS e,"
-        " (SELECT count(DISTINCT job_id) FROM job_allocation WHERE ended_at IS NULL) AS f,"
-        " (SELECT count(*) FROM node) AS g, count(*) FILTER (WHERE unhealthy) AS h,"
-        " count(*) FILTER (WHERE NOT unhealthy AND allocated AND idle IS NOT TRUE) AS i,"
-        " count(*) FILTER (WHERE NOT unhealthy AND allocated AND idle) AS j,"
-        " count(*) FILTER (WHERE NOT unhealthy AND NOT allocated) AS k,"
-        " avg(sm_active_pct) FILTER (WHERE NOT unhealthy AND allocated AND idle IS NOT TRUE)::float8 AS l,"
-        " avg(tensor_active_pct) FILTER (WHERE NOT unhealthy AND allocated AND idle IS NOT TRUE)::float8 AS m"
-        " FROM states"
-    ),
-    unhealthy=sql.SQL(
-        "SELECT n.cluster, n.rack, n.name, g.gpu_index, g.uuid,"
-        " CASE WHEN NOT s.reporting THEN 'not reporting' WHEN NOT s.up_reported THEN 'down'"
-        " WHEN coalesce(s.remap_failure, 0) > 0 THEN 'row remap failed'"
-        " WHEN coalesce(s.remap_pending, 0) > 0 THEN 'row remap pending: needs a reset'"
-        " ELSE 'critical XID in the last 10 minutes' END AS reason"
-        " FROM states s JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)"
-        " WHERE s.unhealthy ORDER BY n.cluster, n.name, g.gpu_index LIMIT %(unhealthy_limit)s"
-    ),
-    idle=sql.SQL(
-        "SELECT DISTINCT a.job_id FROM states s JOIN job_allocation a ON a.gpu_id = s.gpu_id AND a.ended_at IS NULL"
-        " WHERE NOT s.unhealthy AND s.idle ORDER BY 1 LIMIT %(idle_limit)s"
-    ),
+    summary=sql.SQL(_SUMMARY),
+    unhealthy=sql.SQL(_UNHEALTHY),
+    idle=sql.SQL(_IDLE_JOBS),
 )
 
 
@@ -158,13 +134,13 @@ def fleet_summary(conn: Connection[Any]) -> FleetSummary:
 
 def unhealthy_gpus(conn: Connection[Any], limit: int = 50) -> list[UnhealthyGpu]:
     """The GPUs fleet_summary counts as unhealthy, each with its first reason, by node."""
-    rows = conn.execute(_UNHEALTHY_SQL, {**_PARAMS, "limit": limit}).fetchall()
+    rows = conn.execute(_UNHEALTHY_SQL, {**_PARAMS, "unhealthy_limit": limit}).fetchall()
     return [UnhealthyGpu(*row) for row in rows]
 
 
 def jobs_with_idle_gpus(conn: Connection[Any], limit: int = 2) -> list[str]:
     """The running jobs holding the GPUs fleet_summary counts as idle in a job (at most `limit`, by id)."""
-    return [row[0] for row in conn.execute(_IDLE_JOBS_SQL, {**_PARAMS, "limit": limit}).fetchall()]
+    return [row[0] for row in conn.execute(_IDLE_JOBS_SQL, {**_PARAMS, "idle_limit": limit}).fetchall()]
 
 
 def fleet_overview(
@@ -174,6 +150,5 @@ def fleet_overview(
     params = {**_PARAMS, "unhealthy_limit": unhealthy_limit, "idle_limit": idle_limit}
     row = conn.execute(_OVERVIEW_SQL, params).fetchone()
     assert row is not None
-    summary = FleetSummary(*json.loads(row[0]).values())
-    unhealthy = [UnhealthyGpu(*gpu.values()) for gpu in json.loads(row[1])]
-    return summary, unhealthy, list(json.loads(row[2]))
+    *summary, unhealthy, idle_jobs = row
+    return FleetSummary(*summary), [UnhealthyGpu(*gpu.values()) for gpu in json.loads(unhealthy)], json.loads(idle_jobs)
