@@ -69,12 +69,20 @@ class AlertEngine:
     async def load(self, conn: AsyncConnection[Any]) -> None:
         """Pick up where the last engine stopped: alerts pending or firing, and resolved ones a group
         has yet to announce. Alerts of rules no longer configured are resolved first."""
+        await self._resolve_gone_rules(conn)
+        await self._adopt(conn)
+
+    async def _resolve_gone_rules(self, conn: AsyncConnection[Any]) -> None:
         known = {(g.name, r.alert) for g in self.groups for r in g.rules}
-        async with conn.transaction():
+        async with conn.transaction():  # with several engines, the first does it and the others find nothing
             gone = await store.resolve_unknown_rules(conn, known, _now())
         if gone:
             log.info("resolved the alerts of %d rules no longer configured", gone)
-        self.instances = await store.load_instances(conn)
+
+    async def _adopt(self, conn: AsyncConnection[Any], owns: Callable[[str], bool] | None = None) -> None:
+        """The stored alerts of the groups this engine evaluates (`owns(group)`; None: every group)."""
+        stored = await store.load_instances(conn)
+        self.instances = {fp: i for fp, i in stored.items() if owns is None or owns(i.rule_group)}
         self._stored = dict(self.instances)
 
     async def evaluate(
@@ -137,9 +145,7 @@ class AlertEngine:
         """Run as one of the engines (alerts/part.py): evaluate the groups of the shards `lease` holds,
         and, while it holds DISPATCH_SHARD, queue and deliver every group's notifications."""
         conn = lease.conn
-        known = {(g.name, r.alert) for g in self.groups for r in g.rules}
-        async with conn.transaction():  # every engine does it; the second finds nothing left to resolve
-            await store.resolve_unknown_rules(conn, known, _now())
+        await self._resolve_gone_rules(conn)
         held: frozenset[int] | None = None
         next_due: dict[str, dt.datetime] = {}
         deliverer: asyncio.Task[None] | None = None
@@ -150,7 +156,7 @@ class AlertEngine:
                     last_balance = time.monotonic()
                     if (now_held := await lease.rebalance()) != held:
                         held = now_held
-                        await self._adopt(conn, lease)
+                        await self._adopt(conn, lease.owns)
                         next_due = {g.name: next_due.get(g.name, _now()) for g in self.groups if lease.owns(g.name)}
                     dispatching = DISPATCH_SHARD in held
                     if dispatching and deliverer is None:
@@ -175,12 +181,6 @@ class AlertEngine:
             if deliverer is not None:
                 deliverer.cancel()
                 await asyncio.gather(deliverer, return_exceptions=True)
-
-    async def _adopt(self, conn: AsyncConnection[Any], lease: ShardLease) -> None:
-        """The alerts of the groups this engine now evaluates, as stored; none of the others'."""
-        stored = await store.load_instances(conn)
-        self.instances = {fp: i for fp, i in stored.items() if lease.owns(i.rule_group)}
-        self._stored = dict(self.instances)
 
     async def _evaluate_due(self, conn: AsyncConnection[Any], next_due: dict[str, dt.datetime]) -> bool:
         """Evaluate the groups in `next_due` whose time has come; whether any was."""
