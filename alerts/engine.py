@@ -16,7 +16,7 @@ import datetime as dt
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import httpx
@@ -29,6 +29,7 @@ from gpuscope.alerts.delivery import Delivery
 from gpuscope.alerts.dispatch import dispatch
 from gpuscope.alerts.evaluate import RuleResult, evaluate_group
 from gpuscope.alerts.facts import rack_facts
+from gpuscope.alerts.notify import post
 from gpuscope.alerts.rules import Group
 from gpuscope.alerts.state import Instance
 from gpuscope.core.shards import ShardLease
@@ -213,7 +214,7 @@ class AlertEngine:
         ):
             delivery = Delivery(self.config, client)
             while True:
-                await delivery.run_once(conn)
+                await _finish_when_cancelled(delivery.run_once(conn))
                 await asyncio.sleep(min(self.tick_s, 0.25))
 
     async def _cleanup(self, conn: AsyncConnection[Any]) -> None:
@@ -227,6 +228,20 @@ class AlertEngine:
             elif key in self._errors:
                 log.info("alert rule %s/%s works again", group, result.rule.alert)
         self._errors[key] = result.error
+
+
+async def _finish_when_cancelled(pass_: Coroutine[Any, Any, int]) -> None:
+    """Run one delivery pass to its end even when the engine is stopped during it: a notification
+    posted but not yet marked sent would be posted again by the next dispatcher (a rolling restart or
+    a shard moving would repeat it). A pass is bounded by the post timeout, so stopping waits at most
+    that long; the shard lease is held until then, so no other engine delivers meanwhile."""
+    running = asyncio.ensure_future(pass_)
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait({running}, timeout=post.TIMEOUT_S + 5)
+        running.cancel()  # still running only if the database stopped answering
+        raise
 
 
 def _now() -> dt.datetime:

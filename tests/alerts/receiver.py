@@ -19,6 +19,7 @@ class Reply:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: str = "ok"
+    delay_s: float = 0.0  # a slow service: the request is recorded on arrival, answered this much later
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class ChatReceiver:
                     )
                     script = receiver.scripts[self.path]
                     reply = script.pop(0) if len(script) > 1 else script[0]
+                time.sleep(reply.delay_s)
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)

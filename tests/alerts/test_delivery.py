@@ -243,6 +243,27 @@ def test_a_restart_in_the_middle_of_delivery_loses_nothing_and_repeats_nothing(d
         assert conn.execute("SELECT count(*) FROM alert_notification").fetchone() == (5,)
 
 
+def test_an_engine_stopped_while_posting_marks_what_it_posted(dsn: str) -> None:
+    """Stopping the engine (a rolling restart, its dispatch shard moving) while a post is in flight
+    lets the post finish and be recorded, so the next dispatcher does not post it again."""
+    with ChatReceiver() as receiver:
+        receiver.script("/ops", Reply(200, delay_s=0.8))
+        cfg = notify_config(receiver, ops="slack")
+        assert queue(dsn, cfg, [alert("GpuOverTemperature", "n1")]) == 1
+
+        async def stop_while_posting() -> None:
+            task = asyncio.create_task(AlertEngine([], cfg, tick_s=0.05)._deliver(dsn))
+            await asyncio.to_thread(receiver.wait_for, "/ops", 1, 10)
+            task.cancel()
+            results = await asyncio.gather(task, return_exceptions=True)
+            assert isinstance(results[0], asyncio.CancelledError)
+
+        asyncio.run(stop_while_posting())
+        assert [row[:3] for row in outbox(dsn)] == [("ops", "sent", 1)]
+        deliver(dsn, cfg)
+        assert len(receiver.at("/ops")) == 1, "nothing posted twice"
+
+
 def test_test_notify_prints_the_outcome(capsys: pytest.CaptureFixture[str]) -> None:
     with ChatReceiver() as receiver:
         ok = receiver.script("/services/T1/B1/secret-ok", Reply(200))
