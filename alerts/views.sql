@@ -14,7 +14,7 @@ SELECT n.cluster, n.rack, n.name AS node, g.gpu_index AS gpu, g.uuid, g.model,
        s.sm_clock_mhz, s.mem_clock_mhz, s.clock_event_reasons,
        s.ecc_corrected, s.ecc_uncorrected, s.remapped_rows_correctable, s.remapped_rows_uncorrectable,
        s.remap_pending, s.remap_failure, s.pcie_replay,
-       s.nvlink_crc_errors, s.nvlink_replay_errors, s.nvlink_recovery_errors
+       s.nvlink_crc_errors, s.nvlink_replay_errors, s.nvlink_recovery_errors, s.recovery_action
 FROM public.gpu g
 JOIN public.node n USING (node_id)
 CROSS JOIN LATERAL (

@@ -23,6 +23,7 @@ from gpuscope.health.rules.gpu_steps import gpu_steps
 from gpuscope.health.rules.ib_flap import ib_flap_evidence
 from gpuscope.health.rules.nvlink import nvlink_evidence
 from gpuscope.health.rules.places import gpu_places
+from gpuscope.health.rules.recovery import prefer_driver, recovery_evidence
 from gpuscope.health.rules.remap import remap_evidence
 from gpuscope.health.rules.straggler import straggler_evidence
 from gpuscope.health.rules.thermal import thermal_evidence
@@ -42,11 +43,12 @@ async def find_evidence(
     steps = await gpu_steps(conn, since, until, config)
     places = await gpu_places(conn, {step.gpu_id for step in steps})
     found = [
-        *await xid_evidence(conn, since, until),
+        *await prefer_driver(conn, await xid_evidence(conn, since, until)),
         *await lost_in_events(conn, since, until),
         *lost_in_samples(steps, places),
         *ecc_evidence(steps, places),
         *remap_evidence(steps, places),
+        *await recovery_evidence(conn, since, until, config),
         *await nvlink_evidence(conn, steps, places, since, until, config),
         *await thermal_evidence(conn, steps, places, since, until, config),
         *await ib_flap_evidence(conn, since, until, config),

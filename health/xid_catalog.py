@@ -19,7 +19,8 @@ The exporter stores an XID the driver could not identify (NVML's 999) as code 0 
 Actions, the words every health rule uses (health/rules/; ACTIONS below says each in a sentence):
   none, app_error (the application's fault), restart_app, reset_gpu, reboot_node, drain_rma (out of
   service, field diagnostic, return), check_link, check_hardware (seating, power connections),
-  check_cooling, run_diagnostics, update_software, contact_support, follow_recovery_action (XID 154), and
+  check_cooling, run_diagnostics, update_software, contact_support, follow_recovery_action (XID 154),
+  drain_p2p and check_imex_domain (the driver's recovery action, health/rules/recovery.py), and
   "unknown: see NVIDIA's catalogue".
 """
 
@@ -52,6 +53,8 @@ ACTIONS = {
     "update_software": "update the driver and firmware",
     "contact_support": "unexpected on this hardware: collect the logs (nvidia-bug-report.sh) for support",
     "follow_recovery_action": "do what the XID 154 message names (reset, reboot, drain P2P)",
+    "drain_p2p": "stop the GPU's processes that use peer-to-peer traffic; the driver then names the next action",
+    "check_imex_domain": "recover the IMEX domain (multi-node NVLink) the GPU belongs to; contact support if it recurs",
     UNKNOWN_ACTION: "a code this catalogue lacks: look it up in NVIDIA's",
 }
 

@@ -46,6 +46,7 @@ UNITS = {
     "remapped_rows_uncorrectable": "count (counter)",
     "remap_pending": "0 or 1",
     "remap_failure": "0 or 1",
+    "recovery_action": "NVML recovery action (0 none .. 7 system reboot)",
     "nvlink_tx_bytes": "bytes (counter, all links)",
     "nvlink_rx_bytes": "bytes (counter, all links)",
     "nvlink_crc_errors": "count (counter, all links)",

@@ -73,6 +73,7 @@ GPU_COLUMNS: tuple[Column, ...] = (
     _counter("remapped_rows_uncorrectable"),
     Column("remap_pending", "int2", 0, 1),
     Column("remap_failure", "int2", 0, 1),
+    Column("recovery_action", "int2", 0, 255),  # NVML_GPU_RECOVERY_ACTION_*: 0-7 today, room for later ones
     _counter("nvlink_tx_bytes"),
     _counter("nvlink_rx_bytes"),
     _counter("nvlink_crc_errors"),

@@ -5,7 +5,9 @@ Incidents arrive at random (Poisson) on each GPU at a rate that gives one XID so
 incident leaves what the driver leaves: its XID codes, counted since the exporter started as the NVML
 source counts them, and its marks on the ECC and row-remap counters. Corrected (single-bit) ECC errors
 are silent and come mostly from a few weak GPUs. A pending row remap waits for a GPU reset, which the
-scheduler's epilog does between jobs.
+scheduler's epilog does between jobs. The driver's recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+follows the incidents that need one: an XID 79 asks for a node reboot, which the simulated node never
+gets, so it stays; an uncontained ECC error (XID 95) asks for a GPU reset, which the epilog does.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ INCIDENTS = (
 )
 WEIGHTS = np.array([incident.weight for incident in INCIDENTS])
 
+# NVML_GPU_RECOVERY_ACTION_*: what the driver asks after these XIDs (NVIDIA's XID catalogue: 79 RESTART_BM,
+# 95 RESET_GPU); the graver wins where an incident logs both.
+GPU_RESET, NODE_REBOOT = 1, 2
+RECOVERY_AFTER_XID = {95: GPU_RESET, 79: NODE_REBOOT}
+
 WEAK_GPU_SHARE = 0.1  # GPUs whose HBM sees corrected errors now and then
 WEAK_CORRECTED_PER_S = 1.0 / 1800.0
 SOUND_CORRECTED_PER_S = 1.0 / (30 * 86400.0)
@@ -58,6 +65,7 @@ class SimGpuHealth:
         self._remapped_correctable = self._rng.poisson(0.15, gpus).astype(float)
         self._remapped_uncorrectable = self._rng.poisson(0.05, gpus).astype(float)
         self._remap_pending = np.zeros(gpus)
+        self._recovery_action = np.zeros(gpus)
         self._xids: list[dict[int, int]] = [{} for _ in range(gpus)]
 
     def advance(self, job_running: bool, dt: float) -> tuple[int, ...]:
@@ -65,6 +73,7 @@ class SimGpuHealth:
         gpus = len(self._xids)
         if not job_running:
             self._remap_pending[:] = 0.0  # the epilog reset the GPUs
+            self._recovery_action[self._recovery_action == GPU_RESET] = 0.0
         activity = 1.0 if job_running else IDLE_CORRECTED_FACTOR
         self._ecc_corrected += self._rng.poisson(self._corrected_per_s * activity * dt)
         counts = self._rng.poisson(XID_INCIDENTS_PER_GPU_S * dt, gpus)
@@ -80,13 +89,14 @@ class SimGpuHealth:
         return tuple(link_faults)
 
     def values(self) -> list[dict[str, float]]:
-        """Per GPU: the ECC and row-remap values under their catalog keys."""
+        """Per GPU: the ECC, row-remap and recovery-action values under their catalog keys."""
         columns = zip(
             self._ecc_corrected.tolist(),
             self._ecc_uncorrected.tolist(),
             self._remapped_correctable.tolist(),
             self._remapped_uncorrectable.tolist(),
             self._remap_pending.tolist(),
+            self._recovery_action.tolist(),
             strict=True,
         )
         return [
@@ -97,8 +107,9 @@ class SimGpuHealth:
                 "remapped_rows_uncorrectable": uncorrectable,
                 "remap_pending": pending,
                 "remap_failure": 0.0,  # a bank runs out of spare rows only after far more remaps than a sim sees
+                "recovery_action": recovery,
             }
-            for corrected, uncorrected, correctable, uncorrectable, pending in columns
+            for corrected, uncorrected, correctable, uncorrectable, pending, recovery in columns
         ]
 
     def xid_counts(self, gpu: int) -> dict[int, int]:
@@ -109,6 +120,8 @@ class SimGpuHealth:
         """The driver's marks of `incident` on GPU `gpu`: its XIDs, and its ECC and remap counters."""
         for xid in incident.xids:
             self._xids[gpu][xid] = self._xids[gpu].pop(xid, 0) + 1  # the last key is the latest XID
+            action = RECOVERY_AFTER_XID.get(xid, 0)
+            self._recovery_action[gpu] = max(self._recovery_action[gpu], action)
         if incident.uncorrectable:
             self._ecc_uncorrected[gpu] += 1
             self._remapped_uncorrectable[gpu] += 1

@@ -23,6 +23,7 @@ from gpuscope.exporter.sources.nvml_memory import MemoryReader
 from gpuscope.exporter.sources.nvml_mig import MigLayout, activity_from_instances
 from gpuscope.exporter.sources.nvml_nvlink import NvlinkErrors, NvlinkThroughput
 from gpuscope.exporter.sources.nvml_pcie import PcieCounters, PcieThroughputThread
+from gpuscope.exporter.sources.nvml_recovery import RecoveryAction
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class NvmlDevice:
             self._sample_pcie_on_the_thread()
         self._nvlink = NvlinkThroughput(nvml, link_count) if link_count else None
         self._nvlink_errors = NvlinkErrors(nvml, handle, link_count, self._label, log_once) if link_count else None
+        self._recovery = RecoveryAction(nvml)
         self._requests: list[tuple[int, int]] = []
         self._build_requests()
         self._gpm_request = self._gpm_metrics_request()
@@ -202,8 +204,11 @@ class NvmlDevice:
         values["clock_event_reasons"] = float(self._nvml.nvmlDeviceGetCurrentClocksEventReasons(self.handle))
 
     def _fields(self, values: dict[str, float], links: Links) -> None:
-        """Memory temperature, PCIe byte counters and NVLink counters in one call; each field has its own
-        status, and one that is not supported is dropped from the request, not its neighbours."""
+        """Memory temperature, PCIe byte counters, NVLink counters and the driver's recovery action in one
+        call; each field has its own status, and one that is not supported is dropped from the request,
+        not its neighbours."""
+        if self._recovery.ask_again():
+            self._build_requests()
         if not self._requests:
             return
         nvml = self._nvml
@@ -216,11 +221,13 @@ class NvmlDevice:
                 self._memory_temp_supported, changed = False, True
             start = 1
         stop = start + len(self._pcie.requests())
+        nvlink_stop = stop + (len(self._nvlink.requests()) if self._nvlink is not None else 0)
         if self._pcie.take(_slice(fields, start, stop), values):
             self._sample_pcie_on_the_thread()
             changed = True
         if self._nvlink is not None:
-            changed |= self._nvlink.take(_slice(fields, stop, len(self._requests)), values, links)
+            changed |= self._nvlink.take(_slice(fields, stop, nvlink_stop), values, links)
+        changed |= self._recovery.take(_slice(fields, nvlink_stop, len(self._requests)), values)
         if changed:
             self._build_requests()
 
@@ -295,6 +302,7 @@ class NvmlDevice:
         self._requests += self._pcie.requests()
         if self._nvlink is not None:
             self._requests += self._nvlink.requests()
+        self._requests += self._recovery.requests()
 
     def _sample_pcie_on_the_thread(self) -> None:
         self._pcie.supported = False

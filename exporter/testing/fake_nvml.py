@@ -6,6 +6,8 @@ Behaviour copied from the driver, because the exporter's handling of it is what 
 - nvmlDeviceGetMemoryInfo v1 counts reserved memory as used, v2 reports it apart;
 - in MIG mode the GPU answers NOT_SUPPORTED for utilisation and remapped rows, and its memory and
   process list need privileges (NO_PERMISSION otherwise); MIG device handles answer for themselves;
+- nvmlDeviceGetFieldValues answers each field in its own status: a field the GPU or driver lacks (such
+  as the recovery action on a driver older than it) is NOT_SUPPORTED there, never an error of the call;
 - a GPU that fell off the bus answers GPU_IS_LOST to every call, and to event-set waits;
 - handles are c_nvmlDevice_t pointers, a new object per call, the same address for the same device.
 """
@@ -253,6 +255,9 @@ def make_fake_pynvml(gpus: list[FakeGpu], *, library: bool = True, driver: bool 
         whole(t, gpu)
         if "memory_temp" not in gpu.unsupported:
             _set(view, ids == real.NVML_FI_DEV_MEMORY_TEMP, real.NVML_VALUE_TYPE_UNSIGNED_INT, "ui", gpu.mem_temp_c)
+        if "recovery_action" not in gpu.unsupported:  # else NOT_SUPPORTED, as a driver that lacks the field
+            recovery = ids == real.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+            _set(view, recovery, real.NVML_VALUE_TYPE_UNSIGNED_INT, "ui", gpu.recovery_action)
         if "pcie_counters" not in gpu.unsupported:
             elapsed_us = now_us - int(state["t0"] * 1e6) + 3_600 * 10**6  # the driver was loaded before us
             for field_id, kbs in (

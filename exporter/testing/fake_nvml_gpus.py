@@ -27,6 +27,7 @@ UNSUPPORTABLE = {
     "serial",  # GeForce boards have no serial number NVML will give
     "vgpu",  # virtualization mode and vGPU licensing
     "mig",
+    "recovery_action",  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: a driver older than the field
 }
 
 
@@ -76,6 +77,7 @@ class FakeGpu:
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # correctable, uncorrectable, pending, failure
+    recovery_action: int = 0  # what the driver says must be done: NVML_GPU_RECOVERY_ACTION_* (0 none)
     nvlinks: int = 18
     nvlink_tx_kib: int = 10_000_000
     nvlink_rx_kib: int = 9_000_000

@@ -40,6 +40,7 @@ NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION, NVML_ERROR_DRIVER_NOT_LOADED
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_FI_DEV_MEMORY_TEMP, NVML_FI_DEV_PCIE_COUNT_TX_BYTES, NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 82, 197, 198
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS = 138, 0xFFFFFFFF
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
 
 
 @pytest.fixture(scope="session")
@@ -304,6 +305,38 @@ def test_a_field_the_driver_does_not_support_leaves_its_neighbours(stub: Path, t
     assert v["nvlink_tx_bytes"] == sum((10_000_000 + link) * 1024 for link in range(LINKS)), "sum of the links"
     assert v["nvlink_rx_bytes"] == sum((9_000_000 + link) * 1024 for link in range(LINKS)), "NVML's sum"
     assert gpu["links"]["17"]["link_tx_bytes"] == (10_000_000 + 17) * 1024
+
+
+def test_the_drivers_recovery_action_through_the_real_binding(stub: Path, tmp_path: Path) -> None:
+    """Field 230 in the cycle's field-values call: none, an action that changes mid-run, and drivers older
+    than the field (NOT_SUPPORTED, or INVALID_ARGUMENT for an id it does not know, in the field's own
+    status): absent there, never 0, and the fields beside it still read."""
+    action = tmp_path / "gpu1-recovery-action"
+    conf = config(
+        tmp_path,
+        "gpus=4",
+        f"gpu.1.recovery_action_file={action}",
+        "gpu.2.recovery_action_field=0",  # an id the driver does not know: INVALID_ARGUMENT
+        f"gpu.3.fail.field.{NVML_FI_DEV_GET_GPU_RECOVERY_ACTION}={NVML_ERROR_NOT_SUPPORTED}",
+    )
+    results = drive(
+        stub,
+        conf,
+        OPEN,
+        READ,
+        {"op": "write", "path": str(action), "text": "2\n"},
+        READ,
+        {"op": "write", "path": str(action), "text": "4\n"},
+        READ,
+        {"op": "remove", "path": str(action)},
+        READ,
+        CLOSE,
+    )
+    seen = [[g["values"].get("recovery_action") for g in readings(r)] for r in results if r["op"] == "read"]
+    assert seen == [[0, 0, None, None], [0, 2, None, None], [0, 4, None, None], [0, 0, None, None]]
+    for gpu in readings(results[-2]):
+        assert gpu["values"]["mem_temp_c"] == 78 and gpu["values"]["nvlink_tx_bytes"] > 0, "its neighbours read"
+    assert [line for line in logs(results) if "WARNING" in line or "ERROR" in line] == []
 
 
 @pytest.mark.parametrize(("build", "used"), [("current", 61 * GIB), ("r470", 61 * GIB + 512 * MIB)])

@@ -44,6 +44,7 @@ GPU_FAMILIES = [
     "gpuscope_gpu_remapped_rows_uncorrectable",
     "gpuscope_gpu_row_remap_pending",
     "gpuscope_gpu_row_remap_failed",
+    "gpuscope_gpu_recovery_action",
 ]
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

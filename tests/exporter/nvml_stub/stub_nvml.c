@@ -29,7 +29,11 @@
  * and process list answer NO_PERMISSION), lost (1: every call answers GPU_IS_LOST), lost_file (lost
  * while this file exists), xid_file (a file of XID codes: nvmlEventSetWait delivers them, then
  * deletes the file), mig (1: MIG mode), mig_plain_names (1: MIG device names without the profile),
- * mig.S=GI,CI,PROFILE,MEMORY_MIB,USED_MIB[,SM_PCT,TENSOR_PCT[,PID PID...]] (MIG device index S).
+ * mig.S=GI,CI,PROFILE,MEMORY_MIB,USED_MIB[,SM_PCT,TENSOR_PCT[,PID PID...]] (MIG device index S),
+ * recovery_action (NVML_GPU_RECOVERY_ACTION_*, field 230; default 0, none), recovery_action_file (while
+ * this file exists, the action is the number in it: a value that changes mid-run), recovery_action_field
+ * (0: a driver older than field 230, which answers an id it does not know INVALID_ARGUMENT in the field's
+ * own status, as driver 580.159.04 does for id 9999; fail.field.230=3 is one answering NOT_SUPPORTED).
  *
  *   gpu.I.fail.WHAT=CODE         that call answers CODE. WHAT: handle, uuid, name, pci_info,
  *       utilization, memory, memory_v2, temperature, power, energy, clock, clock_events, fields (the
@@ -102,6 +106,7 @@ enum {
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139,
     NVML_FI_DEV_PCIE_COUNT_TX_BYTES = 197,
     NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 198,
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230,
 };
 enum {
     NVML_GPM_METRIC_GRAPHICS_UTIL = 1,
@@ -276,6 +281,9 @@ typedef struct stub_gpu {
     int npids;
     int privileged, lost;
     char lost_file[512], xid_file[512];
+    unsigned int recovery_action;
+    int recovery_action_field; /* 0: the driver predates field 230 */
+    char recovery_action_file[512];
     int mig_mode, mig_plain_names;
     stub_mig mig[MAX_MIG];
     fail_t fails[MAX_FAILS];
@@ -375,6 +383,7 @@ static void defaults(stub_gpu *g, unsigned int i) {
     g->dec_util = 3;
     snprintf(g->serial, sizeof(g->serial), "165492200%04u", i);
     g->privileged = 1;
+    g->recovery_action_field = 1;
     for (int s = 0; s < MAX_MIG; s++)
         g->mig[s].parent = g;
 }
@@ -451,6 +460,9 @@ static int set_gpu_key(stub_gpu *g, const char *key, const char *value) {
     NUMBER("dec_util", dec_util)
     TEXT("lost_file", lost_file)
     TEXT("xid_file", xid_file)
+    TEXT("recovery_action_file", recovery_action_file)
+    NUMBER("recovery_action", recovery_action)
+    NUMBER("recovery_action_field", recovery_action_field)
     if (strcmp(key, "bus_id") == 0) {
         copy_text(g->bus_id, sizeof(g->bus_id), value);
         parse_bus_id(g);
@@ -960,6 +972,18 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigne
     return NVML_SUCCESS;
 }
 
+/* The GPU's recovery action: the number in its recovery_action_file while that exists, else the configured one. */
+static unsigned int recovery_action(const stub_gpu *g) {
+    unsigned int action = g->recovery_action;
+    FILE *file = g->recovery_action_file[0] ? fopen(g->recovery_action_file, "r") : NULL;
+    if (file != NULL) {
+        if (fscanf(file, "%u", &action) != 1)
+            action = g->recovery_action;
+        fclose(file);
+    }
+    return action;
+}
+
 /* One field's value: its status, and its value when NVML_SUCCESS. */
 static void field_value(stub_gpu *g, nvmlFieldValue_t *v, double elapsed_s) {
     char what[48];
@@ -1009,6 +1033,14 @@ static void field_value(stub_gpu *g, nvmlFieldValue_t *v, double elapsed_s) {
     case NVML_FI_DEV_PCIE_COUNT_RX_BYTES:
         v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
         v->value.ullVal = (unsigned long long)(g->pcie_rx_bps * elapsed_s);
+        return;
+    case NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+        if (!g->recovery_action_field) { /* an older driver: a field id it does not know */
+            v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+            return;
+        }
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        v->value.uiVal = recovery_action(g);
         return;
     default:
         v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
