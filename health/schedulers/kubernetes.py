@@ -2,6 +2,8 @@
 that says why, an annotation holding the reason, and a node condition GpuscopeHealthy=False that
 `kubectl describe node` shows; a resume undoes exactly these. As with Slurm's drain, running pods are
 left to finish: evicting them is the site's decision (a PodDisruptionBudget-aware `kubectl drain`).
+Where the cluster runs Dynamic Resource Allocation, one bad GPU can be taken out instead of its node
+(`drain_gpu`, a DeviceTaintRule: kubernetes_dra.py).
 
 The collector's ServiceAccount needs get, list and patch on nodes and patch on nodes/status
 (deploy/kubernetes/base/collector-rbac.yaml). The client is synchronous, so calls run in a thread."""
@@ -14,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuscope.health.schedulers.base import REASON_PREFIX, Outcome, SchedulerNode
+from gpuscope.health.schedulers.kubernetes_dra import DeviceDrain, DeviceTaints
 
 TAINT_KEY = "gpuscope.io/unhealthy"
 REASON_ANNOTATION = "gpuscope.io/drain-reason"
@@ -26,6 +29,7 @@ class KubernetesScheduler:
     def __init__(self, api: Any | None = None) -> None:
         """`api`: a kubernetes.client.CoreV1Api; None: the in-cluster configuration, else ~/.kube/config."""
         self._api = api
+        self._gpus = DeviceTaints(lambda: self._client().api_client)
 
     def command(self, action: str, node: str, reason: str = "") -> str:
         if action == "drain":
@@ -37,6 +41,24 @@ class KubernetesScheduler:
 
     async def resume(self, node: str) -> Outcome:
         return await self._call(lambda api: self._resume(api, node), self.command("resume", node))
+
+    def gpu_command(self, action: str, node: str, gpu_uuid: str | None, gpu_index: int | None, reason: str = "") -> str:
+        """What `drain_gpu` (action "drain") or `resume_gpu` ("resume") would do, in words."""
+        return self._gpus.command(action, node, gpu_uuid, gpu_index, reason)
+
+    async def gpu_drain_supported(self, node: str) -> bool:
+        """Whether one GPU of `node` can be taken out alone (DRA device taints), rather than the node."""
+        return await self._gpus.supported(node)
+
+    async def drain_gpu(self, node: str, gpu_uuid: str | None, gpu_index: int | None, reason: str) -> Outcome:
+        return await self._gpus.drain(node, gpu_uuid, gpu_index, reason)
+
+    async def resume_gpu(self, node: str, gpu_uuid: str | None, gpu_index: int | None) -> Outcome:
+        return await self._gpus.resume(node, gpu_uuid, gpu_index)
+
+    async def gpu_drains(self, node: str) -> list[DeviceDrain]:
+        """gpuscope's device taints on `node`; raises RuntimeError when they cannot be listed."""
+        return await self._gpus.drains(node)
 
     async def nodes(self, names: Iterable[str]) -> dict[str, SchedulerNode]:
         wanted = set(names)

@@ -133,10 +133,13 @@ def test_rbac_rule_check_refuses_what_it_must() -> None:
         assert not rbac_rule_is_narrow(wider), wider
 
 
-# The collector's role: fleet health's drain and resume of nodes (health/schedulers/kubernetes.py), no more.
+# The collector's role: fleet health's drain and resume of nodes (health/schedulers/kubernetes.py) and of
+# single GPUs by DRA device taints (kubernetes_dra.py), no more.
 COLLECTOR_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["get", "list"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"], "verbs": ["get", "list", "create", "delete"]},
 ]
 
 
