@@ -1,4 +1,5 @@
 """The health API: nodes by state with their evidence, the audit trail (transitions and scheduler actions),
+episodes (each time a node left healthy, its repair and what followed) and repair outcomes per cause,
 read with the read token; holds set and lifted with the admin token (an operator's word gpuscope obeys)."""
 
 from __future__ import annotations
@@ -7,13 +8,14 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel, Field
 
 from gpuscope.collector.api.deps import ReadPoolDep, WritePoolDep, require_admin_token, require_read_token
 from gpuscope.collector.api.params import TimeRangeDep
 from gpuscope.collector.api.responses import error
 from gpuscope.health import holds
+from gpuscope.health.episode_reads import episode, episodes, repair_outcomes
 from gpuscope.health.reads import NodeHealth, health_actions, health_nodes, health_transitions
 
 router = APIRouter(prefix="/api/v1/health", tags=["health"])
@@ -70,6 +72,56 @@ def get_actions(pool: ReadPoolDep, span: TimeRangeDep) -> list[dict[str, Any]]:
     """Every scheduler command gpuscope ran, would have run (dry run) or refused, newest first."""
     with pool.connection() as conn:
         return [asdict(a) for a in health_actions(conn, span)]
+
+
+@router.get("/episodes", dependencies=[Depends(require_read_token)])
+def get_episodes(
+    pool: ReadPoolDep,
+    span: TimeRangeDep,
+    cluster: Annotated[str | None, Query(max_length=200)] = None,
+    node: Annotated[str | None, Query(max_length=200, description="only nodes of this name, in any cluster")] = None,
+    gpu: Annotated[str | None, Query(max_length=200, description="only episodes naming the GPU of this UUID")] = None,
+) -> list[dict[str, Any]]:
+    """Each time a node left healthy, overlapping the range, newest first: its cause, how long its GPUs
+    were out (`out_s`, `gpu_hours`), the repair chosen and its outcome, the check's verdict, and what
+    followed: `failed_again_7d` / `failed_again_30d` (the same node, or GPU for a GPU-scoped episode,
+    failing again within 7 / 30 days of `back_at`: taken out, given a repair, or held for inspection;
+    null: not known yet) and `next_episode_id`, that failure."""
+    with pool.connection() as conn:
+        return [asdict(e) for e in episodes(conn, span, cluster, node, gpu)]
+
+
+@router.get(
+    "/episodes/{episode_id}",
+    dependencies=[Depends(require_read_token)],
+    responses={404: error("No episode has this id")},
+)
+def get_episode(pool: ReadPoolDep, episode_id: Annotated[int, Path(ge=1, le=2**63 - 1)]) -> dict[str, Any]:
+    """One episode, with its node's findings (newest first; `evidence_count` all of them) and scheduler
+    actions from its start to its end (or now)."""
+    with pool.connection() as conn:
+        record = episode(conn, episode_id)
+    if record is None:
+        raise HTTPException(404, f"no episode {episode_id}")
+    return {
+        **asdict(record.episode),
+        "evidence": [asdict(e) for e in record.evidence],
+        "evidence_count": record.evidence_count,
+        "actions": [asdict(a) for a in record.actions],
+    }
+
+
+@router.get("/repairs", dependencies=[Depends(require_read_token)])
+def get_repairs(
+    pool: ReadPoolDep, span: TimeRangeDep, cluster: Annotated[str | None, Query(max_length=200)] = None
+) -> list[dict[str, Any]]:
+    """Per cause and repair, the failures (episodes taken out, or given a repair in a dry run) that ended
+    in the range, and whether the repair held: `held_7d` (no failure again within 7 days, and 7 days
+    passed), `failed_7d`, `too_early_7d`, the same for 30 days, and `held_rate_7d` / `held_rate_30d` =
+    held / (held + failed), null without a verdict."""
+    with pool.connection() as conn:
+        rows = repair_outcomes(conn, span, cluster)
+    return [{**asdict(r), "held_rate_7d": r.held_rate_7d, "held_rate_30d": r.held_rate_30d} for r in rows]
 
 
 class HoldIn(BaseModel):

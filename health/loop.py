@@ -29,11 +29,13 @@ from typing import Any, Protocol
 from psycopg import AsyncConnection
 
 from gpuscope.core.shards import SHARDS, shard_of
-from gpuscope.health import store
+from gpuscope.health import episodes, ladder, store
+from gpuscope.health.commands import run_command
+from gpuscope.health.decide import after_findings, refusal
 from gpuscope.health.evidence import find_evidence
 from gpuscope.health.model import Actor, Evidence, Severity, State, Transition
 from gpuscope.health.policy import HealthPolicy
-from gpuscope.health.schedulers.base import REASON_PREFIX, Outcome, Scheduler, SchedulerNode
+from gpuscope.health.schedulers.base import REASON_PREFIX, GpuScheduler, Outcome, Scheduler, SchedulerNode
 from gpuscope.health.validate import run_validation
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,7 @@ class _Node:
     new: list[Evidence]
     summary: store.EvidenceSummary | None
     seen: SchedulerNode | None  # None: not asked, or the scheduler does not know it
+    episode: episodes.OpenEpisode | None = None  # its open episode, for the nodes out of service
 
 
 class HealthLoop:
@@ -97,6 +100,8 @@ class HealthLoop:
         self._validated: set[int] = set()  # passed, resume still to do
         self._jobs: dict[int, list[tuple[str, str | None]]] = {}
         self._would_drain: dict[int, datetime] = {}  # dry run: nodes whose drain is recorded -> last acted on
+        self._repairs: dict[int, asyncio.Task[Outcome]] = {}  # the ladder's repair under way, per drained node
+        self._repaired_at: dict[int, datetime] = {}  # its quiet window counts from the repair's end
 
     @property
     def live(self) -> bool:
@@ -132,8 +137,13 @@ class HealthLoop:
         seen = await self._scheduler_view([rows[n] for n in watched])
         self._jobs = await store.running_jobs(conn, watched)
         self._would_drain = {} if self.live else await store.dry_run_drains(conn, watched)
+        out_of_service = [n for n in watched if rows[n].state in (State.DRAINED, State.VALIDATING)]
+        open_episodes = await episodes.open_episodes(conn, out_of_service)
         for node_id in watched:
-            node = _Node(rows[node_id], by_node.get(node_id, []), summaries.get(node_id), seen.get(rows[node_id].name))
+            row = rows[node_id]
+            node = _Node(
+                row, by_node.get(node_id, []), summaries.get(node_id), seen.get(row.name), open_episodes.get(node_id)
+            )
             await self._judge(conn, node, now, report)
         return report
 
@@ -145,9 +155,11 @@ class HealthLoop:
             self._watermarks = {}
             self._shard_count = shards.shards
         self._watermarks = {s: at for s, at in self._watermarks.items() if s in shards.held}
-        for node_id in list(self._validations.keys() | self._validated):
+        for node_id in list(self._validations.keys() | self._validated | self._repairs.keys()):
             if shard_of(str(node_id), shards.shards) not in shards.held:
                 self._cancel_validation(node_id)
+                if (repair := self._repairs.pop(node_id, None)) is not None:
+                    repair.cancel()  # the new leader finds the node drained and validates it after its quiet window
 
     async def _scheduler_view(self, rows: Sequence[store.NodeRow]) -> dict[str, SchedulerNode]:
         out_of_service = [r.name for r in rows if r.state in (State.UNHEALTHY, State.DRAINED, State.VALIDATING)]
@@ -164,6 +176,7 @@ class HealthLoop:
         counted = [e for e in node.new if e.severity != Severity.IGNORE]
         state = node.row.state
         if counted:
+            await episodes.note_findings(conn, node.row.node_id, counted)
             state = await self._on_evidence(conn, node, counted, now, report)
         if state in (State.DRAINED, State.VALIDATING) and await self._operator_took_over(conn, node, now, report):
             return
@@ -186,30 +199,30 @@ class HealthLoop:
         self, conn: AsyncConnection[Any], node: _Node, items: list[Evidence], now: datetime, report: CycleReport
     ) -> State:
         state = node.row.state
-        worst = store.severity_of(items)
         words = _words(items)
-        if worst == Severity.UNHEALTHY and state in (State.HEALTHY, State.SUSPECT, State.VALIDATING):
-            self._cancel_validation(node.row.node_id)
-            return await self._move(conn, node, State.UNHEALTHY, words, now, report)
-        if state == State.UNHEALTHY:
-            self._cancel_validation(node.row.node_id)  # a dry run's check of a node not quiet after all
-        if state == State.VALIDATING:
-            self._cancel_validation(node.row.node_id)
-            return await self._move(conn, node, State.DRAINED, f"new evidence while validating: {words}", now, report)
-        if state == State.HEALTHY:
-            return await self._move(conn, node, State.SUSPECT, words, now, report)
         recent = node.summary.recent if node.summary else len(items)
-        if state == State.SUSPECT and recent >= self.policy.suspect_limit:
+        to = after_findings(state, store.severity_of(items), recent, self.policy)
+        if state in (State.UNHEALTHY, State.VALIDATING):
+            self._cancel_validation(node.row.node_id)  # a check of a node not quiet after all
+        if to == state:
+            return state
+        if state == State.VALIDATING and to == State.DRAINED:
+            return await self._move(conn, node, to, f"new evidence while validating: {words}", now, report)
+        if state == State.SUSPECT and to == State.UNHEALTHY and store.severity_of(items) != Severity.UNHEALTHY:
             reason = f"{recent} findings in {_span(self.policy.suspect_window_s)}, the newest: {words}"
-            return await self._move(conn, node, State.UNHEALTHY, reason, now, report)
-        return state
+            return await self._move(conn, node, to, reason, now, report)
+        return await self._move(conn, node, to, words, now, report)
 
     async def _operator_took_over(
         self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
     ) -> bool:
         """A node gpuscope had out of service that an operator resumed, or drained again for a reason of
         their own, in the scheduler."""
-        if not self.live or node.seen is None:
+        if not self.live:
+            return False
+        if node.episode is not None and node.episode.scope == "gpu":
+            return await self._gpu_resumed_by_operator(conn, node, now, report)
+        if node.seen is None:
             return False
         if not node.seen.drained:
             self._cancel_validation(node.row.node_id)
@@ -223,6 +236,27 @@ class HealthLoop:
             await store.save_reason(conn, node.row.node_id, f"drained by an operator: {node.seen.reason}", held)
             return True
         return node.row.held_by is not None
+
+    async def _gpu_resumed_by_operator(
+        self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
+    ) -> bool:
+        """A node whose one GPU gpuscope took out (its node never cordoned): an operator who removed the
+        device taint resumed it."""
+        gpus = self._gpu_scheduler
+        if gpus is None or node.episode is None:
+            return node.row.held_by is not None
+        try:
+            taints = await gpus.gpu_drains(node.row.name)
+        except RuntimeError as exc:
+            log.warning("cannot read the device taints of %s: %s", node.row.name, exc)
+            return True  # nothing is known: change nothing this cycle
+        if taints:
+            return node.row.held_by is not None
+        self._cancel_validation(node.row.node_id)
+        await self._move(
+            conn, node, State.HEALTHY, "device taint removed by an operator", now, report, actor=Actor.HUMAN
+        )
+        return True
 
     async def _drain(self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport) -> None:
         row = node.row
@@ -242,34 +276,114 @@ class HealthLoop:
         self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
     ) -> None:
         row = node.row
-        refusal = self._refusal(row, await store.guard_counts(conn, now - timedelta(hours=1)))
-        if refusal is not None:
-            if row.reason != refusal:  # once per reason, not every cycle
-                await self._say(conn, row, refusal, None)
+        counts = await store.guard_counts(conn, now - timedelta(hours=1))
+        refused = refusal(self.policy, counts, self._jobs.get(row.node_id, []))
+        if refused is not None:
+            if row.reason != refused:  # once per reason, not every cycle
+                await self._say(conn, row, refused, None)
                 await store.record_action(
-                    conn, now, row.node_id, "refused", self._scheduler_name, self.policy.dry_run, None, refusal
+                    conn, now, row.node_id, "refused", self._scheduler_name, self.policy.dry_run, None, refused
                 )
-                log.warning("health: %s", refusal)
+                log.warning("health: %s", refused)
             return
         cause = node.summary.worst if node.summary else row.reason
         reason = REASON_PREFIX + cause
+        episode, choice = await self._choose_repair(conn, row, now)
         if not self.live:
             # Recorded, not done: the node stays unhealthy and in service, and no guard rail counts it.
             command = self.scheduler.command("drain", row.name, reason) if self.scheduler else "no scheduler configured"
-            await store.record_action(
+            await store.record_action(  # the repair it would choose is in the episode's record
                 conn, now, row.node_id, "drain", self._scheduler_name, True, None, f"would run: {command}"
             )
             await self._say(conn, row, WOULD_DRAIN + self._drain_words(node), None)
             return
         assert self.scheduler is not None
-        outcome = await self.scheduler.drain(row.name, reason)
+        gpus = await self._one_gpu_will_do(row, episode, choice)
+        by_gpu = gpus is not None and episode is not None
+        if gpus is not None and episode is not None:
+            outcome = await gpus.drain_gpu(row.name, episode.gpu_uuid, episode.gpu_index, reason)
+        else:
+            outcome = await self.scheduler.drain(row.name, reason)
         await store.record_action(
             conn, now, row.node_id, "drain", self.scheduler.name, False, outcome.ok, outcome.detail
         )
         if not outcome.ok:
             await self._say(conn, row, f"drain failed: {outcome.detail}", None)
             return
+        if episode is not None:
+            count = 1 if by_gpu else await episodes.gpu_count(conn, row.node_id)
+            await episodes.taken_out(conn, episode.episode_id, now, "gpu" if by_gpu else "node", count)
         await self._move(conn, node, State.DRAINED, self._drain_words(node), now, report)
+        if choice is not None:
+            await self._repair(conn, node, episode, choice)
+
+    async def _choose_repair(
+        self, conn: AsyncConnection[Any], row: store.NodeRow, now: datetime
+    ) -> tuple[episodes.OpenEpisode | None, ladder.Choice | None]:
+        """The ladder's step for this episode, chosen once (at its first drain, real or a dry run's) and kept."""
+        episode = (await episodes.open_episodes(conn, [row.node_id])).get(row.node_id)
+        if episode is None:  # unhealthy since before episodes were recorded
+            return None, None
+        if episode.rung is not None and episode.repair is not None:
+            return episode, ladder.Choice(episode.rung, episode.repair, "chosen at the episode's first drain")  # type: ignore[arg-type]
+        window = timedelta(seconds=self.policy.ladder_window_s)
+        before = await episodes.failures_before(conn, row.node_id, episode.cause, now - window, episode.episode_id)
+        steps: tuple[ladder.Repair, ...] = self.policy.ladder  # type: ignore[assignment]
+        choice = ladder.choose(steps, self.policy.ladder_window_s, before, episode.cause, episode.action)
+        await episodes.chose_repair(conn, episode.episode_id, choice.rung, choice.repair, choice.reason, not self.live)
+        return episode, choice
+
+    async def _one_gpu_will_do(
+        self, row: store.NodeRow, episode: episodes.OpenEpisode | None, choice: ladder.Choice | None
+    ) -> GpuScheduler | None:
+        """The scheduler, where it takes out the one GPU instead of the node: the finding names a GPU, the
+        repair is that GPU's reset, and the scheduler can keep one device from new work (DRA device taints)."""
+        if episode is None or choice is None or choice.repair != "reset_gpu" or episode.gpu_id is None:
+            return None
+        gpus = self._gpu_scheduler
+        return gpus if gpus is not None and await gpus.gpu_drain_supported(row.name) else None
+
+    @property
+    def _gpu_scheduler(self) -> GpuScheduler | None:
+        return self.scheduler if hasattr(self.scheduler, "drain_gpu") else None  # type: ignore[return-value]
+
+    async def _repair(
+        self, conn: AsyncConnection[Any], node: _Node, episode: episodes.OpenEpisode | None, choice: ladder.Choice
+    ) -> None:
+        """A drained node's repair: held for inspection (the last step, never returned by gpuscope), or the
+        site's command for the step, or, without one, the step recorded as recommended to the site."""
+        row = node.row
+        if choice.repair == "inspect":
+            hold = ladder.INSPECT_HOLD + choice.reason
+            await store.save_reason(conn, row.node_id, f"{row.reason}; held for hardware inspection", hold)
+            node.row = store.NodeRow(row.node_id, row.cluster, row.name, row.state, row.since, row.reason, hold)
+            await episodes.held_for_inspection(conn, row.node_id)
+            log.warning("health: %s held for hardware inspection: %s", row.name, choice.reason)
+            return
+        argv = self.policy.repair_commands.get(choice.repair)
+        if not argv:
+            words = f"recommended: {ladder.WORDS[choice.repair]} ({choice.reason}); no repair command configured"
+            await episodes.repaired(conn, row.node_id, words)
+            return
+        gpu = "all" if episode is None or episode.gpu_index is None else str(episode.gpu_index)
+        uuid = "" if episode is None or episode.gpu_uuid is None else episode.gpu_uuid
+        command = [a.replace("{node}", row.name).replace("{gpu}", gpu).replace("{gpu_uuid}", uuid) for a in argv]
+        self._repairs[row.node_id] = asyncio.create_task(
+            _run_repair(command, self.policy.repair_timeout_s), name=f"repair {row.name}"
+        )
+
+    async def _repair_done(self, conn: AsyncConnection[Any], row: store.NodeRow, now: datetime) -> bool:
+        """Whether the node's repair (if any) has ended; its outcome recorded when it has."""
+        task = self._repairs.get(row.node_id)
+        if task is None:
+            return True
+        if not task.done():
+            return False
+        outcome = self._repairs.pop(row.node_id).result()
+        await store.record_action(conn, now, row.node_id, "repair", "none", False, outcome.ok, outcome.detail)
+        await episodes.repaired(conn, row.node_id, outcome.detail)
+        self._repaired_at[row.node_id] = now
+        return True
 
     def _drain_words(self, node: _Node) -> str:
         """Why the node is (or would be) drained, and the jobs that affects."""
@@ -324,33 +438,17 @@ class HealthLoop:
         await store.record_action(
             conn, now, row.node_id, "validate", self._scheduler_name, False, outcome.ok, outcome.detail
         )
+        await episodes.validated(conn, row.node_id, outcome.detail, getattr(outcome, "failed_test", None))
         return outcome
-
-    def _refusal(self, row: store.NodeRow, counts: store.GuardCounts) -> str | None:
-        """Why the guard rails forbid draining this node now, or None."""
-        limit = self.policy.drain_limit(counts.fleet)
-        if counts.held_out >= limit:
-            return (
-                f"drain refused: {counts.held_out} node(s) already out of service by gpuscope, the policy allows"
-                f" {limit} (max_drained {self.policy.max_drained}, max_drained_share {self.policy.max_drained_share:g}"
-                f" of {counts.fleet} nodes)"
-            )
-        if counts.drains >= self.policy.max_drains_per_hour:
-            allowed = self.policy.max_drains_per_hour
-            return f"drain refused: {counts.drains} drains in the last hour, the policy allows {allowed}"
-        for job_id, user in self._jobs.get(row.node_id, []):
-            rule = self.policy.protects(job_id, user)
-            if rule is not None:
-                return f"drain refused: it runs job {job_id} ({user or 'user unknown'}), protected by {rule}"
-        return None
 
     async def _maybe_validate(
         self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
     ) -> None:
         row = node.row
-        if row.held_by:
+        if row.held_by or not await self._repair_done(conn, row, now):
             return
-        quiet_since = max(t for t in (row.since, node.summary.last_at if node.summary else None) if t is not None)
+        last = node.summary.last_at if node.summary else None
+        quiet_since = max(t for t in (row.since, last, self._repaired_at.get(row.node_id)) if t is not None)
         if now - quiet_since < self._s(self.policy.quiet_s):
             return
         missing = (await store.ready_to_return(conn, [row.node_id], now)).get(row.node_id, "no GPU known")
@@ -391,7 +489,12 @@ class HealthLoop:
             self._validated.add(row.node_id)
         if self.live:
             assert self.scheduler is not None
-            resumed = await self.scheduler.resume(row.name)
+            episode = (await episodes.open_episodes(conn, [row.node_id])).get(row.node_id)
+            gpus = self._gpu_scheduler
+            if episode is not None and episode.scope == "gpu" and gpus is not None:
+                resumed = await gpus.resume_gpu(row.name, episode.gpu_uuid, episode.gpu_index)
+            else:
+                resumed = await self.scheduler.resume(row.name)
             await store.record_action(
                 conn, now, row.node_id, "resume", self.scheduler.name, False, resumed.ok, resumed.detail
             )
@@ -423,6 +526,9 @@ class HealthLoop:
         move = Transition(now, row.node_id, row.state, to, reason, actor)
         held = None if clear_hold else row.held_by
         await store.save_transition(conn, move, held)
+        if to == State.HEALTHY:
+            await episodes.close(conn, row.node_id, now, by_operator=actor == Actor.HUMAN)
+            self._repaired_at.pop(row.node_id, None)
         node.row = store.NodeRow(row.node_id, row.cluster, row.name, to, now, reason, held)
         report.transitions.append(move)
         log.info("health: %s %s -> %s: %s", row.name, row.state, to, reason)
@@ -439,6 +545,16 @@ class HealthLoop:
     @staticmethod
     def _s(seconds: float) -> timedelta:
         return timedelta(seconds=seconds)
+
+
+async def _run_repair(argv: list[str], timeout_s: float) -> Outcome:
+    shown = " ".join(argv)
+    ran = await run_command(argv, timeout_s)
+    if ran.trouble:
+        return Outcome(False, f"{shown}: {ran.trouble}")
+    tail = ran.output[-400:]
+    verdict = "done" if ran.ok else f"failed (exit {ran.returncode})"
+    return Outcome(ran.ok, f"{shown}: {verdict}" + (f": {tail}" if tail else ""))
 
 
 def _words(items: list[Evidence]) -> str:

@@ -12,6 +12,7 @@ from gpuscope.health.api import router
 from gpuscope.health.loop import LOCK_KEY, HealthLoop
 from gpuscope.health.metrics import node_health_metrics
 from gpuscope.health.policy import HealthPolicy
+from gpuscope.health.replay_api import router as replay_router
 from gpuscope.health.schedulers.base import Scheduler
 from gpuscope.health.schedulers.kubernetes import KubernetesScheduler
 from gpuscope.health.schedulers.slurm import SlurmScheduler
@@ -42,4 +43,4 @@ def health_part(policy: HealthPolicy | None = None, run_loop: bool = True) -> Pa
     # Sharded by node: each collector running the loop judges about 1/k of the nodes (core/shards.py); the
     # guard rails stay the fleet's, counted and decided under one lock in the database (health/store.py).
     tasks = (ShardedTask("health loop", LOCK_KEY, watch, min(policy.every_s / 3, 5.0)),) if run_loop else ()
-    return Part(name="health", routers=(router,), leader_tasks=tasks, metrics=node_health_metrics)
+    return Part(name="health", routers=(router, replay_router), leader_tasks=tasks, metrics=node_health_metrics)

@@ -11,7 +11,9 @@ from typing import Annotated, Any, Literal
 import re2
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 
-from gpuscope.core.config_file import FileModel, checked, load_config_file
+from gpuscope.core.config_file import FileModel, checked, load_config_file, load_config_text
+from gpuscope.health.ladder import DEFAULT_LADDER, DEFAULT_WINDOW_S, Repair, ladder_problem
+from gpuscope.health.validation.config import Validation
 
 
 class PolicyError(ValueError):
@@ -24,6 +26,12 @@ def _compiles(pattern: str) -> str:
     except re2.error as exc:
         raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
     return pattern
+
+
+def _possible_ladder(steps: tuple[str, ...]) -> tuple[str, ...]:
+    if (problem := ladder_problem(steps)) is not None:
+        raise ValueError(problem)
+    return steps
 
 
 def _whole(value: Any) -> Any:
@@ -60,9 +68,19 @@ class HealthPolicy(FileModel):
     quiet_s: Seconds = 900.0
     validate_command: Texts = ()  # argv; "{node}" is replaced by the node's name. Empty: none
     validate_timeout_s: Seconds = 900.0
+    validation: Validation = None  # a built-in check instead (dcgmi diag, NCCL all_reduce_perf): health/validation/
     scontrol: Annotated[str, Field(min_length=1)] = "scontrol"  # the Slurm client (its path, if not on PATH)
     every_s: Seconds = 30.0  # one health cycle this often
     lag_s: Seconds = 30.0  # judge telemetry this old and older: pushes arrive late (exporters push every 10-60 s)
+    # Escalation (health/ladder.py): the repair for a node's 1st, 2nd, ... failure of one cause within
+    # ladder_window_s; the last step repeats. `inspect` holds the node for hardware inspection.
+    ladder: Annotated[Texts, AfterValidator(_possible_ladder)] = DEFAULT_LADDER
+    ladder_window_s: Annotated[float, Field(gt=0)] = DEFAULT_WINDOW_S
+    # The site's command per repair, argv without a shell: "{node}", "{gpu}" (the GPU's index, or "all" when
+    # the finding names no GPU) and "{gpu_uuid}" are replaced. A repair without one is recorded as
+    # recommended and left to the site; the drained node is validated after its quiet window as before.
+    repair_commands: dict[Repair, Annotated[Texts, Field(min_length=1)]] = Field(default_factory=dict)
+    repair_timeout_s: Annotated[float, Field(gt=0)] = 1800.0
 
     def drain_limit(self, nodes: int) -> int:
         return min(self.max_drained, math.floor(self.max_drained_share * nodes + 1e-9))
@@ -81,6 +99,11 @@ class HealthPolicy(FileModel):
 def load_policy(path: Path) -> HealthPolicy:
     """The policy in `path`; an empty file is the default policy."""
     return load_config_file(path, HealthPolicy, PolicyError, _as_is, empty={})
+
+
+def policy_from_text(text: str, name: str = "policy") -> HealthPolicy:
+    """A policy sent as text (a replay's candidate over the API); errors name `name` and the line."""
+    return load_config_text(text, name, HealthPolicy, PolicyError, _as_is, empty={})
 
 
 def policy_from(raw: Any, where: str = "health policy") -> HealthPolicy:

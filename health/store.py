@@ -10,6 +10,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from gpuscope.health.ladder import INSPECT_HOLD
 from gpuscope.health.model import Evidence, Severity, State, Transition
 
 GPU_SILENT = timedelta(minutes=2)  # a GPU with no sample this long does not count as reporting up
@@ -181,7 +182,7 @@ async def drains_since(conn: AsyncConnection[Any], start: datetime) -> int:
 class GuardCounts:
     """What the guard rails count, over the whole fleet whoever leads which node."""
 
-    held_out: int  # nodes gpuscope has out of service (drained or validating, not held)
+    held_out: int  # nodes gpuscope has out of service (drained or validating; held by an operator: theirs)
     fleet: int  # nodes known
     drains: int  # drains done in the last hour
 
@@ -194,8 +195,10 @@ async def lock_guard_rails(conn: AsyncConnection[Any]) -> None:
 
 async def guard_counts(conn: AsyncConnection[Any], hour_ago: datetime) -> GuardCounts:
     cur = await conn.execute(
-        "SELECT (SELECT count(*) FROM health_node WHERE state IN ('drained', 'validating') AND held_by IS NULL),"
-        "       (SELECT count(*) FROM node)"
+        "SELECT (SELECT count(*) FROM health_node WHERE state IN ('drained', 'validating')"
+        "        AND (held_by IS NULL OR starts_with(held_by, %s))),"
+        "       (SELECT count(*) FROM node)",
+        [INSPECT_HOLD],
     )
     row = await cur.fetchone()
     assert row is not None

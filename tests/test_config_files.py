@@ -181,8 +181,9 @@ def test_the_shipped_examples_load(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     for name in ("SLACK", "TEAMS", "DISCORD"):
         monkeypatch.setenv(f"GPUSCOPE_{name}_WEBHOOK", f"https://hooks.example/{name.lower()}/secret")
     assert len(load_notify_config(ROOT / "deploy" / "alerts" / "notify.yaml").receivers) == 3
-    [policy] = _yaml_blocks(ROOT / "docs" / "health.md")
+    policy, ladder = _yaml_blocks(ROOT / "docs" / "health.md")
     assert load_policy(_write(tmp_path, "policy", policy)).scheduler == "slurm"
+    assert load_policy(_write(tmp_path, "ladder", ladder)).repair_commands["reboot_node"][1] == "{node}"
     prices, digest = _yaml_blocks(ROOT / "docs" / "reports.md")
     prices = prices.replace("digest: {...}", "")  # a placeholder for the block below
     assert load_reports_config(_write(tmp_path, "reports", prices)).rates.currency == "EUR"

@@ -2,7 +2,9 @@
 filters the list by it; the nodes not healthy (or in the chosen state, or held) with since when and why,
 who holds them, their GPUs' verdicts and the evidence of their current episode (and, on an unhealthy node,
 the drain a dry run recorded and did not run); then the audit trail over the range: every transition, and
-every scheduler action done or only planned (dry run). Node names never wrap. The health loop
+every scheduler action done or only planned (dry run); the episodes (each time a node left healthy: its
+cause, repair, time out and whether it failed again) and, per cause, how often the repair held. Node names
+never wrap. The health loop
 (health/loop.py) writes it; this page reads it through dashboard/health_data.py (health/reads.py)."""
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from gpuscope.dashboard.components import ago, banner, guarded, node_href, nothi
 from gpuscope.dashboard.context import Context
 from gpuscope.dashboard.health_data import HealthData, load_health
 from gpuscope.dashboard.html_table import element, escape, link, span
+from gpuscope.health.episode_reads import EpisodeRow, RepairOutcome
+from gpuscope.health.episode_words import duration, rate
 from gpuscope.health.reads import (
     ActionRow,
     DryRunDrain,
@@ -89,6 +93,10 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
             html.Div(id="health-transitions", className="output"),
             html.H4("Scheduler actions"),
             html.Div(id="health-actions", className="output"),
+            html.H3("Episodes"),
+            html.Div(id="health-episodes", className="output"),
+            html.H3("Repairs by cause"),
+            html.Div(id="health-repairs", className="output"),
         ]
     )
 
@@ -97,7 +105,7 @@ def register(app: Dash, ctx: Context) -> None:
     time_ranges.register(app, "health-range")
 
     def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), nothing(), nothing(), nothing(), nothing()
+        return banner(message, "error"), nothing(), nothing(), nothing(), nothing(), nothing(), nothing()
 
     @app.callback(
         Output("health-status", "children"),
@@ -105,6 +113,8 @@ def register(app: Dash, ctx: Context) -> None:
         Output("health-nodes", "children"),
         Output("health-transitions", "children"),
         Output("health-actions", "children"),
+        Output("health-episodes", "children"),
+        Output("health-repairs", "children"),
         Input("refresh", "n_intervals"),
         Input("url", "search"),
     )
@@ -118,6 +128,8 @@ def register(app: Dash, ctx: Context) -> None:
             nodes_part(loaded.nodes, loaded.counts, view),
             transitions_part(loaded.transitions),
             actions_part(loaded.actions),
+            episodes_part(loaded.episodes),
+            repairs_part(loaded.repairs),
         )
 
     @app.callback(
@@ -285,6 +297,71 @@ def actions_part(rows: list[ActionRow]) -> Any:
         for a in rows[:SHOWN_MAX]
     ]
     return [_clipped(len(rows)), html_table.table(header, body, id="health-actions-table", numeric=[False] * 7)]
+
+
+def episodes_part(rows: list[EpisodeRow]) -> Any:
+    """Each time a node left healthy in the range, newest first, as `gpuscope health episodes` lists them."""
+    if not rows:
+        return banner("No episode in this range: no node left healthy.", "empty")
+    header = ["started (UTC)", "node", "GPU", "cause", "repair", "out for", "GPU-hours", "outcome",
+              "failed again 7 d", "failed again 30 d", "failing test", "episode"]  # fmt: skip
+    body = [
+        [
+            moment(e.started_at, f"{e.started_at.astimezone(UTC):%Y-%m-%d %H:%M}"),
+            node_name(e.node),
+            _gpu(e),
+            span(e.cause, title=e.cause_detail),
+            span(e.repair, title=" ".join(filter(None, [e.repair_reason, e.repair_result]))) if e.repair else "-",
+            span(duration(e.out_s), className="one-line"),
+            f"{e.gpu_hours:.1f}",
+            escape(e.outcome) + (" " + span("dry run", className="muted") if e.dry_run else ""),
+            _again(e.failed_again_7d),
+            _again(e.failed_again_30d),
+            span(e.failed_test, title=e.validation) if e.failed_test else "",
+            escape(e.episode_id),
+        ]
+        for e in rows[:SHOWN_MAX]
+    ]
+    numeric = [False] * 6 + [True] + [False] * 4 + [True]
+    return [_clipped(len(rows)), html_table.table(header, body, id="health-episodes-table", numeric=numeric)]
+
+
+def _gpu(e: EpisodeRow) -> str:
+    if e.gpu is None:
+        return span("node", className="muted")
+    return span(f"GPU {e.gpu}" + (" (out alone)" if e.scope == "gpu" else ""), title=e.gpu_uuid, className="one-line")
+
+
+def _again(failed: bool | None) -> str:
+    """Whether the node (or GPU) failed again within the window; '?' while that is not known yet."""
+    if failed is None:
+        return span("?", title="not known yet: still open, or the window has not passed", className="muted")
+    return span("yes", className="outcome-failed") if failed else span("no", className="outcome-ok")
+
+
+def repairs_part(rows: list[RepairOutcome]) -> Any:
+    """Per cause and repair, the failures back in service in the range and whether the repair held."""
+    if not rows:
+        return banner("No failure came back into service in this range.", "empty")
+    header = ["cause", "repair", "returned", "held 7 d", "failed 7 d", "too early 7 d", "held rate 7 d",
+              "held 30 d", "failed 30 d", "too early 30 d", "held rate 30 d"]  # fmt: skip
+    body = [
+        [
+            escape(r.cause),
+            escape(r.repair or "-"),
+            *map(escape, (r.returned, r.held_7d, r.failed_7d, r.too_early_7d)),
+            rate(r.held_rate_7d),
+            *map(escape, (r.held_30d, r.failed_30d, r.too_early_30d)),
+            rate(r.held_rate_30d),
+        ]
+        for r in rows
+    ]
+    note = html.Div(
+        "Failures (taken out, or given a repair in a dry run) back in service in this range. Held: no failure"
+        " again of the same node (or GPU) within the days, and they have passed; a rate is held / (held + failed).",
+        className="muted",
+    )
+    return [note, html_table.table(header, body, id="health-repairs-table", numeric=[False] * 2 + [True] * 9)]
 
 
 def _clipped(found: int) -> Any:

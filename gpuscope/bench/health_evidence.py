@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from gpuscope.bench import health_replay
 from gpuscope.bench.fleet_db import create_fleet
 from gpuscope.collector.store import partitions
 from gpuscope.collector.store.columns import NULL_INT
@@ -40,7 +41,7 @@ HOT_FROM_S, NVLINK_FROM_S = -20 * 60, 9 * 60
 
 def run() -> dict[str, Any]:
     with throwaway_postgres("gpuscope-bench-health-") as pg:
-        return measure(pg.dsn)
+        return {**measure(pg.dsn), **health_replay.measure(pg.dsn)}
 
 
 def measure(dsn: str, nodes: int = 1250) -> dict[str, Any]:

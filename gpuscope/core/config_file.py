@@ -64,7 +64,15 @@ def read_config_file(path: Path, error: type[ValueError], empty: Any = None) -> 
         raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise error(f"{path}: cannot read: not UTF-8 text") from None
-    loader = yaml.SafeLoader(text)
+    return parse_config_text(text, path, error, empty)
+
+
+def parse_config_text(text: str, path: Path, error: type[ValueError], empty: Any = None) -> ConfigDocument:
+    """As read_config_file, for a document given as text (one sent over the API); `path` names it."""
+    try:
+        loader = yaml.SafeLoader(text)  # refuses characters YAML does not allow here already
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: not valid YAML: {exc}") from None
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
@@ -94,6 +102,19 @@ def load_config_file(
 ) -> T:
     """The file at `path` checked against `model`, and turned into what `build` makes of it."""
     document = read_config_file(path, error, empty)
+    return checked(model, document.data, error, build, document=document)
+
+
+def load_config_text(
+    text: str,
+    name: str,
+    model: type[M],
+    error: type[ValueError],
+    build: Callable[[M], T],
+    empty: Any = None,
+) -> T:
+    """As load_config_file, for a document given as text; `name` stands for the file in messages."""
+    document = parse_config_text(text, Path(name), error, empty)
     return checked(model, document.data, error, build, document=document)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 REASON_PREFIX = "gpuscope: "  # every drain gpuscope makes says so, and it resumes only those
 
@@ -38,4 +38,19 @@ class Scheduler(Protocol):
 
     async def nodes(self, names: Iterable[str]) -> dict[str, SchedulerNode]:
         """How the scheduler sees these nodes; a node it does not know is left out."""
+        ...
+
+
+class GpuScheduler(Scheduler, Protocol):
+    """A scheduler that can also keep one GPU from new work while its node stays in service (Kubernetes
+    with DRA device taints); the loop takes out the GPU instead of the node where the finding names one."""
+
+    async def gpu_drain_supported(self, node: str) -> bool: ...
+
+    async def drain_gpu(self, node: str, gpu_uuid: str | None, gpu_index: int | None, reason: str) -> Outcome: ...
+
+    async def resume_gpu(self, node: str, gpu_uuid: str | None, gpu_index: int | None) -> Outcome: ...
+
+    async def gpu_drains(self, node: str) -> list[Any]:
+        """gpuscope's device drains on `node`; raises RuntimeError when they cannot be listed."""
         ...

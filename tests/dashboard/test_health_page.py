@@ -1,8 +1,8 @@
 """The Health page in real headless Chromium over a real database holding what the health loop writes
-(health_node, health_evidence, health_transition, health_action, written here with SQL): the count of nodes
-per state, each a link that filters the list (the filter in the URL), the nodes not healthy with their
-evidence and links to their pages, the audit trail over the range, the empty states, and a hostile node
-name and reason shown literally."""
+(health_node, health_evidence, health_transition, health_action, health_episode, written here with SQL):
+the count of nodes per state, each a link that filters the list (the filter in the URL), the nodes not
+healthy with their evidence and links to their pages, the audit trail, the episodes and the repairs by
+cause over the range, the empty states, and a hostile node name and reason shown literally."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from gpuscope.dashboard_process import DashboardSettings
 from tests.conftest import new_database, require_tool
 from tests.dashboard.helpers import running_dashboard, serving
 from tests.dashboard.test_colour_schemes import LOOK_JS, check_legible, switch_to
+from tests.health.episode_rows import add_episode
 
 HOSTILE = "<img src=x onerror=window.pwned=1>{window.pwned=2}"
 HEALTHY = ("node-01", "node-02", "node-03", "node-04", "node-12")  # node-12 held by an operator
@@ -173,6 +174,27 @@ def load_fleet(dsn: str) -> None:
             " VALUES (%s, %s, 'hold', 'none', false, true, 'held by alice: fan swap, INC-4411')",
             [ago(hours=3), ids["node-12"]],
         )
+        load_episodes(conn, ids)
+
+
+def load_episodes(conn: psycopg.Connection[Any], ids: dict[str, int]) -> None:
+    """node-02 back 20 h ago after a GPU reset, out again 10 h ago (a failure within 7 days); node-03's
+    GPU 2 out alone, its check naming a failing test; node-17 out now; the hostile node suspect now."""
+    reset = {"repair": "reset_gpu", "rung": 0}
+    add_episode(conn, ids["node-02"], "xid:48", ago(hours=26), ago(hours=25), ago(hours=20), "returned", gpus_out=8,
+                **reset)  # fmt: skip
+    add_episode(conn, ids["node-02"], "xid:48", ago(hours=10), ago(hours=10), ago(hours=4), "returned", gpus_out=8,
+                repair="reboot_node", rung=1)  # fmt: skip
+    add_episode(conn, ids["node-03"], "ecc_uncorrectable", ago(hours=20), ago(hours=19.5), ago(hours=12), "returned",
+                scope="gpu", gpu_id=gpu_id(conn, ids["node-03"], 2), gpus_out=1, validation="failed: dcgmi diag",
+                failed_test="memory bandwidth", **reset)  # fmt: skip
+    add_episode(conn, ids["node-17"], "xid:79", ago(minutes=21), ago(minutes=19), None, "open", gpus_out=8,
+                gpu_id=gpu_id(conn, ids["node-17"], 3), repair="reboot_node", rung=1)  # fmt: skip
+    conn.execute(
+        "INSERT INTO health_episode (node_id, gpu_id, cause, cause_detail, started_at, failed_test)"
+        " VALUES (%s, %s, 'thermal_slowdown', %s, %s, %s)",
+        [ids[HOSTILE], gpu_id(conn, ids[HOSTILE], 2), HOSTILE, ago(hours=1), HOSTILE],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -305,6 +327,32 @@ def test_the_audit_trail_follows_the_range(site: Site, browser: Any) -> None:
     wait_until(browser, lambda: len(table_rows(browser, "health-transitions-table")) == 8, 10, "the older transitions")
     older = [text(cells[-1]) for cells in table_rows(browser, "health-transitions-table")]
     assert older[-2:] == ["XID 48 on GPU 5", "validated and resumed"]
+    assert console_errors(browser) == []
+
+
+def test_episodes_and_repairs_by_cause_over_the_range(site: Site, browser: Any) -> None:
+    open_page(browser, site.url + "/health?range=24h")
+    episodes = [[text(td) for td in cells[1:11]] for cells in table_rows(browser, "health-episodes-table")]
+    assert [row[0] for row in episodes] == ["node-17", HOSTILE, "node-02", "node-03", "node-02"], "newest first"
+    now_out, hostile, again, alone, first = episodes
+    assert now_out[1:4] == ["GPU 3", "xid:79", "reboot_node"] and now_out[6:] == ["open", "?", "?", ""]
+    assert re.fullmatch(r"(19|20) min", now_out[4]), now_out
+    assert hostile == [HOSTILE, "GPU 2", "thermal_slowdown", "-", "-", "0.0", "open", "?", "?", HOSTILE]
+    assert again == ["node-02", "node", "xid:48", "reboot_node", "6 h 0 min", "48.0", "returned", "?", "?", ""]
+    assert alone == ["node-03", "GPU 2 (out alone)", "ecc_uncorrectable", "reset_gpu", "7 h 30 min", "7.5",
+                     "returned", "?", "?", "memory bandwidth"]  # fmt: skip
+    assert first == ["node-02", "node", "xid:48", "reset_gpu", "5 h 0 min", "40.0", "returned", "yes", "yes", ""]
+    assert browser.execute_script("return window.pwned") is None
+    repairs = [[text(td) for td in cells] for cells in table_rows(browser, "health-repairs-table")]
+    assert repairs == [
+        ["ecc_uncorrectable", "reset_gpu", "1", "0", "0", "1", "-", "0", "0", "1", "-"],
+        ["xid:48", "reboot_node", "1", "0", "0", "1", "-", "0", "0", "1", "-"],
+        ["xid:48", "reset_gpu", "1", "0", "1", "0", "0%", "0", "1", "0", "0%"],
+    ]
+    screenshot(browser, "health-episodes", whole_page=True)
+    open_page(browser, site.url + "/health?range=15m")
+    assert [text(cells[1]) for cells in table_rows(browser, "health-episodes-table")] == ["node-17", HOSTILE]
+    assert "No failure came back into service in this range." in browser.find_element("id", "health-repairs").text
     assert console_errors(browser) == []
 
 
