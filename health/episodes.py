@@ -123,8 +123,11 @@ async def repaired(conn: AsyncConnection[Any], node_id: int, result: str) -> Non
 
 
 async def validated(conn: AsyncConnection[Any], node_id: int, verdict: str, failed_test: str | None) -> None:
+    """The newest check's verdict; the failing test of a check that failed stays named after a later pass
+    (every check's output is also in the node's validate actions)."""
     await conn.execute(
-        "UPDATE health_episode SET validation = %s, failed_test = %s WHERE node_id = %s AND back_at IS NULL",
+        "UPDATE health_episode SET validation = %s, failed_test = coalesce(%s, failed_test)"
+        " WHERE node_id = %s AND back_at IS NULL",
         [verdict, failed_test, node_id],
     )
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.health.fleet import Fleet
 from tests.health.helpers import at
 
@@ -108,3 +110,28 @@ def test_a_dry_run_records_the_repair_it_would_choose(fleet: Fleet) -> None:
     [episode] = episodes(fleet, "n4")
     assert (episode["repair"], episode["rung"], episode["dry_run"], episode["out_at"]) == ("reset_gpu", 0, True, None)
     assert episode["outcome"] == "open"
+
+
+FAKE_DCGMI = Path(__file__).parent / "fake_bin" / "dcgmi"
+
+
+def test_a_failed_check_names_its_test_in_the_episode(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_DCGMI_MODE", "memory_gpu3")
+    loop = fleet.live(validation={"preset": "dcgm_diag", "dcgmi": str(FAKE_DCGMI)}, **QUIET)
+    fleet.xid("n2", 3, 100, 48)
+    fleet.run(loop, 140, 210, 220)  # drained; validating; the check failed: back to drained
+    assert fleet.state("n2")[0] == "drained"
+    [failed] = episodes(fleet, "n2")
+    assert failed["outcome"] == "open" and "GPU Memory" in failed["validation"]
+    monkeypatch.setenv("FAKE_DCGMI_MODE", "pass")
+    fleet.run(loop, 290, 300)  # quiet again from the failed check: validating, passed, back
+    assert fleet.state("n2")[0] == "healthy"
+    [back] = fetch_failed_tests(fleet, "n2")
+    assert back == ("returned", "GPU Memory (GPU 3)"), "the failing test stays named after the pass"
+
+
+def fetch_failed_tests(fleet: Fleet, node: str) -> list[tuple[str, str]]:
+    rows = fleet.telemetry.conn.execute(
+        "SELECT outcome, failed_test FROM health_episode WHERE node_id = %s ORDER BY episode_id", [fleet.nodes[node]]
+    )
+    return [tuple(r) for r in rows.fetchall()]  # type: ignore[misc]

@@ -187,3 +187,42 @@ def test_a_node_resumed_by_an_operator_stays_in_service(stack: Any) -> None:
     assert (moves[0]["to"], moves[0]["actor"]) == ("healthy", "human") and "by an operator" in moves[0]["reason"]
     loop_goes_on(collector)  # more cycles over the same evidence
     assert "DRAIN" not in cluster.node_info()["State"] and back["state"] == "healthy"
+
+
+FAKE_DCGMI = Path(__file__).parents[1] / "health" / "fake_bin" / "dcgmi"
+
+
+def test_a_node_failing_twice_climbs_the_ladder_with_its_episodes_recorded(stack: Any, tmp_path: Path) -> None:
+    """Two failures of one cause on one node in a real Slurm: the first gets the ladder's first step (a GPU
+    reset, the site's command), the second the next (a node reboot); each is drained in slurmctld,
+    checked by the dcgmi preset (the fake binary prints DCGM's JSON), resumed, and kept as an episode
+    whose record says what followed it."""
+    cluster, start = stack
+    log = tmp_path / "repairs.log"
+    repairs = {step: ["sh", "-c", f'echo "{step} $0 $1" >> {log}', "{node}", "{gpu}"]
+               for step in ("reset_gpu", "reboot_node")}  # fmt: skip
+    collector, exporter = start(
+        repair_commands=repairs, validate_command=[], validation={"preset": "dcgm_diag", "dcgmi": str(FAKE_DCGMI)}
+    )
+    wait(lambda: health(collector, cluster.node), "the node to be known")
+
+    def fail_and_return(times: int) -> list[dict[str, Any]]:
+        exporter.nvml.raise_xid(exporter.gpus[2], 48)
+        wait(lambda: "DRAIN" in cluster.node_info()["State"], f"Slurm to drain the node ({times})")
+        wait(lambda: health(collector, cluster.node).get("state") == "healthy", f"its return ({times})", timeout=60)
+        wait(lambda: "DRAIN" not in cluster.node_info()["State"], f"Slurm to resume it ({times})")
+        found = httpx.get(f"{collector.url}/api/v1/health/episodes", params={"minutes": 10}, timeout=10).json()
+        assert len(found) == times, found
+        return found
+
+    fail_and_return(1)
+    newest, first = fail_and_return(2)
+    assert [(e["cause"], e["rung"], e["repair"], e["outcome"]) for e in (first, newest)] == [
+        ("xid:48", 0, "reset_gpu", "returned"),
+        ("xid:48", 1, "reboot_node", "returned"),
+    ]
+    assert log.read_text().splitlines() == [f"reset_gpu {cluster.node} 2", f"reboot_node {cluster.node} 2"]
+    assert first["failed_again_7d"] is True and first["next_episode_id"] == newest["episode_id"]
+    assert "passed" in newest["validation"] and newest["gpus_out"] == 4
+    reasons = [r["repair_reason"] for r in (first, newest)]
+    assert reasons[1].startswith("2nd failure of xid:48 within 7 d"), reasons
