@@ -46,6 +46,7 @@ class OpenEpisode:
     repair: str | None
     scope: str
     out_at: datetime | None
+    repair_result: str | None
 
 
 async def note_findings(conn: AsyncConnection[Any], node_id: int, items: Sequence[Evidence]) -> None:
@@ -79,7 +80,7 @@ async def open_episodes(conn: AsyncConnection[Any], node_ids: Iterable[int]) -> 
         return {}
     cur = await conn.execute(
         "SELECT e.episode_id, e.node_id, e.gpu_id, g.gpu_index, g.uuid, e.cause, e.cause_action, e.rung, e.repair,"
-        "       e.scope, e.out_at"
+        "       e.scope, e.out_at, e.repair_result"
         " FROM health_episode e LEFT JOIN gpu g USING (gpu_id) WHERE e.back_at IS NULL AND e.node_id = ANY(%s)",
         [ids],
     )
@@ -132,8 +133,12 @@ async def validated(conn: AsyncConnection[Any], node_id: int, verdict: str, fail
     )
 
 
-async def held_for_inspection(conn: AsyncConnection[Any], node_id: int) -> None:
-    await conn.execute("UPDATE health_episode SET outcome = 'held' WHERE node_id = %s AND back_at IS NULL", [node_id])
+async def held_for_inspection(conn: AsyncConnection[Any], node_id: int, at: datetime) -> None:
+    """Held for inspection: `held_at` stays when an operator returns the node after it (outcome `returned`)."""
+    await conn.execute(
+        "UPDATE health_episode SET outcome = 'held', held_at = %s WHERE node_id = %s AND back_at IS NULL",
+        [at, node_id],
+    )
 
 
 async def close(conn: AsyncConnection[Any], node_id: int, at: datetime, by_operator: bool) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Repair = Literal["reset_gpu", "reboot_node", "inspect"]
+CommandRepair = Literal["reset_gpu", "reboot_node"]  # the steps a site's command carries out (inspect is a hold)
 REPAIRS: tuple[Repair, ...] = ("reset_gpu", "reboot_node", "inspect")  # in rising order
 DEFAULT_LADDER: tuple[Repair, ...] = ("reset_gpu", "reboot_node", "reboot_node", "inspect")
 DEFAULT_WINDOW_S = 7 * 86400.0

@@ -36,7 +36,7 @@ from gpuscope.health.evidence import find_evidence
 from gpuscope.health.model import Actor, Evidence, Severity, State, Transition
 from gpuscope.health.policy import HealthPolicy
 from gpuscope.health.schedulers.base import REASON_PREFIX, GpuScheduler, Outcome, Scheduler, SchedulerNode
-from gpuscope.health.validate import run_validation
+from gpuscope.health.validate import OUTPUT_TAIL, run_validation
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,13 @@ class HealthLoop:
         self._would_drain: dict[int, datetime] = {}  # dry run: nodes whose drain is recorded -> last acted on
         self._repairs: dict[int, asyncio.Task[Outcome]] = {}  # the ladder's repair under way, per drained node
         self._repaired_at: dict[int, datetime] = {}  # its quiet window counts from the repair's end
+
+    async def settle(self, timeout_s: float = 30.0) -> None:
+        """Wait (at most `timeout_s`) for the checks and repairs under way: tests and benches that drive
+        cycles at chosen times, so that a check's verdict is there for the next cycle."""
+        running = [t for t in (*self._validations.values(), *self._repairs.values()) if not t.done()]
+        if running:
+            await asyncio.wait(running, timeout=timeout_s)
 
     @property
     def live(self) -> bool:
@@ -250,7 +257,8 @@ class HealthLoop:
         except RuntimeError as exc:
             log.warning("cannot read the device taints of %s: %s", node.row.name, exc)
             return True  # nothing is known: change nothing this cycle
-        if taints:
+        episode = node.episode
+        if any(t.gpu_uuid == episode.gpu_uuid or t.gpu_index == episode.gpu_index for t in taints):
             return node.row.held_by is not None
         self._cancel_validation(node.row.node_id)
         await self._move(
@@ -302,6 +310,11 @@ class HealthLoop:
         by_gpu = gpus is not None and episode is not None
         if gpus is not None and episode is not None:
             outcome = await gpus.drain_gpu(row.name, episode.gpu_uuid, episode.gpu_index, reason)
+            if not outcome.ok:  # the device is not to be found (MIG, not published): the node, as elsewhere
+                await store.record_action(conn, now, row.node_id, "drain", self.scheduler.name, False, False,
+                                          outcome.detail)  # fmt: skip
+                by_gpu = False
+                outcome = await self.scheduler.drain(row.name, reason)
         else:
             outcome = await self.scheduler.drain(row.name, reason)
         await store.record_action(
@@ -315,7 +328,7 @@ class HealthLoop:
             await episodes.taken_out(conn, episode.episode_id, now, "gpu" if by_gpu else "node", count)
         await self._move(conn, node, State.DRAINED, self._drain_words(node), now, report)
         if choice is not None:
-            await self._repair(conn, node, episode, choice)
+            await self._repair(conn, node, episode, choice, now)
 
     async def _choose_repair(
         self, conn: AsyncConnection[Any], row: store.NodeRow, now: datetime
@@ -340,6 +353,8 @@ class HealthLoop:
         repair is that GPU's reset, and the scheduler can keep one device from new work (DRA device taints)."""
         if episode is None or choice is None or choice.repair != "reset_gpu" or episode.gpu_id is None:
             return None
+        if self.policy.validation is not None and self.policy.validation.preset == "nccl_all_reduce":
+            return None  # its check needs every GPU of the node, which stays in service with one GPU out
         gpus = self._gpu_scheduler
         return gpus if gpus is not None and await gpus.gpu_drain_supported(row.name) else None
 
@@ -348,7 +363,12 @@ class HealthLoop:
         return self.scheduler if hasattr(self.scheduler, "drain_gpu") else None  # type: ignore[return-value]
 
     async def _repair(
-        self, conn: AsyncConnection[Any], node: _Node, episode: episodes.OpenEpisode | None, choice: ladder.Choice
+        self,
+        conn: AsyncConnection[Any],
+        node: _Node,
+        episode: episodes.OpenEpisode | None,
+        choice: ladder.Choice,
+        now: datetime,
     ) -> None:
         """A drained node's repair: held for inspection (the last step, never returned by gpuscope), or the
         site's command for the step, or, without one, the step recorded as recommended to the site."""
@@ -357,7 +377,7 @@ class HealthLoop:
             hold = ladder.INSPECT_HOLD + choice.reason
             await store.save_reason(conn, row.node_id, f"{row.reason}; held for hardware inspection", hold)
             node.row = store.NodeRow(row.node_id, row.cluster, row.name, row.state, row.since, row.reason, hold)
-            await episodes.held_for_inspection(conn, row.node_id)
+            await episodes.held_for_inspection(conn, row.node_id, now)
             log.warning("health: %s held for hardware inspection: %s", row.name, choice.reason)
             return
         argv = self.policy.repair_commands.get(choice.repair)
@@ -365,12 +385,21 @@ class HealthLoop:
             words = f"recommended: {ladder.WORDS[choice.repair]} ({choice.reason}); no repair command configured"
             await episodes.repaired(conn, row.node_id, words)
             return
+        self._start_repair(row, argv, episode)
+
+    def _start_repair(self, row: store.NodeRow, argv: Sequence[str], episode: episodes.OpenEpisode | None) -> None:
         gpu = "all" if episode is None or episode.gpu_index is None else str(episode.gpu_index)
         uuid = "" if episode is None or episode.gpu_uuid is None else episode.gpu_uuid
         command = [a.replace("{node}", row.name).replace("{gpu}", gpu).replace("{gpu_uuid}", uuid) for a in argv]
         self._repairs[row.node_id] = asyncio.create_task(
             _run_repair(command, self.policy.repair_timeout_s), name=f"repair {row.name}"
         )
+
+    def _cancel_repair(self, node_id: int) -> None:
+        task = self._repairs.pop(node_id, None)
+        if task is not None:
+            task.cancel()  # the command goes too (health/commands.py)
+        self._repaired_at.pop(node_id, None)
 
     async def _repair_done(self, conn: AsyncConnection[Any], row: store.NodeRow, now: datetime) -> bool:
         """Whether the node's repair (if any) has ended; its outcome recorded when it has."""
@@ -379,7 +408,8 @@ class HealthLoop:
             return True
         if not task.done():
             return False
-        outcome = self._repairs.pop(row.node_id).result()
+        self._repairs.pop(row.node_id)
+        outcome = Outcome(False, "repair interrupted") if task.cancelled() else task.result()
         await store.record_action(conn, now, row.node_id, "repair", "none", False, outcome.ok, outcome.detail)
         await episodes.repaired(conn, row.node_id, outcome.detail)
         self._repaired_at[row.node_id] = now
@@ -445,7 +475,17 @@ class HealthLoop:
         self, conn: AsyncConnection[Any], node: _Node, now: datetime, report: CycleReport
     ) -> None:
         row = node.row
-        if row.held_by or not await self._repair_done(conn, row, now):
+        if row.held_by:
+            return
+        episode = node.episode
+        if (
+            episode is not None
+            and episode.repair_result is None
+            and row.node_id not in self._repairs
+            and (argv := self.policy.repair_commands.get(episode.repair or "")) is not None  # type: ignore[call-overload]
+        ):  # chosen, never finished: its command was cut short by a restart or a shard's move
+            self._start_repair(row, argv, episode)
+        if not await self._repair_done(conn, row, now):
             return
         last = node.summary.last_at if node.summary else None
         quiet_since = max(t for t in (row.since, last, self._repaired_at.get(row.node_id)) if t is not None)
@@ -458,11 +498,13 @@ class HealthLoop:
             return
         reason = f"quiet for {_span(self.policy.quiet_s)}, every GPU reporting up, no row remap pending"
         await self._move(conn, node, State.VALIDATING, reason, now, report)
-        self._start_validation(row)
+        self._start_validation(row, node.episode)
 
-    def _start_validation(self, row: store.NodeRow) -> None:
+    def _start_validation(self, row: store.NodeRow, episode: episodes.OpenEpisode | None = None) -> None:
+        """The site's check; of the one GPU where only that GPU is out (its node's others are in use)."""
         self._validated.discard(row.node_id)
-        task = asyncio.create_task(run_validation(self.policy, row.name), name=f"validate {row.name}")
+        gpu = episode.gpu_index if episode is not None and episode.scope == "gpu" else None
+        task = asyncio.create_task(run_validation(self.policy, row.name, gpu), name=f"validate {row.name}")
         self._validations[row.node_id] = task
 
     def _cancel_validation(self, node_id: int) -> None:
@@ -478,7 +520,7 @@ class HealthLoop:
         if row.node_id not in self._validated:
             task = self._validations.get(row.node_id)
             if task is None:  # a new leader, or a restart: validate again
-                self._start_validation(row)
+                self._start_validation(row, node.episode)
                 return
             if not task.done():
                 return
@@ -489,7 +531,7 @@ class HealthLoop:
             self._validated.add(row.node_id)
         if self.live:
             assert self.scheduler is not None
-            episode = (await episodes.open_episodes(conn, [row.node_id])).get(row.node_id)
+            episode = node.episode
             gpus = self._gpu_scheduler
             if episode is not None and episode.scope == "gpu" and gpus is not None:
                 resumed = await gpus.resume_gpu(row.name, episode.gpu_uuid, episode.gpu_index)
@@ -528,7 +570,7 @@ class HealthLoop:
         await store.save_transition(conn, move, held)
         if to == State.HEALTHY:
             await episodes.close(conn, row.node_id, now, by_operator=actor == Actor.HUMAN)
-            self._repaired_at.pop(row.node_id, None)
+            self._cancel_repair(row.node_id)
         node.row = store.NodeRow(row.node_id, row.cluster, row.name, to, now, reason, held)
         report.transitions.append(move)
         log.info("health: %s %s -> %s: %s", row.name, row.state, to, reason)
@@ -552,7 +594,7 @@ async def _run_repair(argv: list[str], timeout_s: float) -> Outcome:
     ran = await run_command(argv, timeout_s)
     if ran.trouble:
         return Outcome(False, f"{shown}: {ran.trouble}")
-    tail = ran.output[-400:]
+    tail = ran.output[-OUTPUT_TAIL:]
     verdict = "done" if ran.ok else f"failed (exit {ran.returncode})"
     return Outcome(ran.ok, f"{shown}: {verdict}" + (f": {tail}" if tail else ""))
 
@@ -573,5 +615,6 @@ def _span(seconds: float) -> str:
 
 
 def _scheduler_hold(row: store.NodeRow) -> bool:
-    """A hold gpuscope inferred from the scheduler (lifted with it), not one an operator set through gpuscope."""
-    return bool(row.held_by and row.held_by.startswith(HELD_BY_SCHEDULER))
+    """A hold gpuscope set itself, which an operator's resume in the scheduler lifts: one inferred from the
+    scheduler, or one for hardware inspection (the operator has looked); not one set through gpuscope."""
+    return bool(row.held_by and row.held_by.startswith((HELD_BY_SCHEDULER, ladder.INSPECT_HOLD)))

@@ -12,7 +12,7 @@ import re2
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 
 from gpuscope.core.config_file import FileModel, checked, load_config_file, load_config_text
-from gpuscope.health.ladder import DEFAULT_LADDER, DEFAULT_WINDOW_S, Repair, ladder_problem
+from gpuscope.health.ladder import DEFAULT_LADDER, DEFAULT_WINDOW_S, CommandRepair, ladder_problem
 from gpuscope.health.validation.config import Validation
 
 
@@ -66,7 +66,7 @@ class HealthPolicy(FileModel):
     # Return to service: a drained node is validated once it has been quiet this long (no new evidence,
     # every GPU reporting up, no row remap pending), then returns if the site's command passes.
     quiet_s: Seconds = 900.0
-    validate_command: Texts = ()  # argv; "{node}" is replaced by the node's name. Empty: none
+    validate_command: Texts = ()  # argv; "{node}": the node's name, "{gpu}": the GPU checked or "all". Empty: none
     validate_timeout_s: Seconds = 900.0
     validation: Validation = None  # a built-in check instead (dcgmi diag, NCCL all_reduce_perf): health/validation/
     scontrol: Annotated[str, Field(min_length=1)] = "scontrol"  # the Slurm client (its path, if not on PATH)
@@ -79,7 +79,7 @@ class HealthPolicy(FileModel):
     # The site's command per repair, argv without a shell: "{node}", "{gpu}" (the GPU's index, or "all" when
     # the finding names no GPU) and "{gpu_uuid}" are replaced. A repair without one is recorded as
     # recommended and left to the site; the drained node is validated after its quiet window as before.
-    repair_commands: dict[Repair, Annotated[Texts, Field(min_length=1)]] = Field(default_factory=dict)
+    repair_commands: dict[CommandRepair, Annotated[Texts, Field(min_length=1)]] = Field(default_factory=dict)
     repair_timeout_s: Annotated[float, Field(gt=0)] = 1800.0
 
     def drain_limit(self, nodes: int) -> int:

@@ -1,6 +1,6 @@
 """A candidate health policy run over stored history: what it would have drained, what its guard rails
 would have refused, the GPU-hours it would have taken out and the jobs it would have hit, beside what the
-live policy did over the same window (`gpuscope health replay`, `POST /api/v1/health/replay`).
+live policy did over the same window [start, end) (`gpuscope health replay`, `GET /api/v1/health/replay`).
 
 The findings are the stored evidence (the rules' thresholds are not the policy's, so the same findings
 stand for any policy); the decisions are the live loop's own (health/decide.py, health/ladder.py). What
@@ -115,7 +115,7 @@ class ReplayReport:
 
 
 def replay(policy: HealthPolicy, history: History, start: datetime, end: datetime) -> ReplayReport:
-    in_window = sum(1 for f in history.findings if f.at > start)
+    in_window = sum(1 for f in history.findings if f.at >= start)
     if not in_window:
         raise ReplayError(
             f"no health evidence between {start.isoformat()} and {end.isoformat()}: nothing to replay"
@@ -144,7 +144,7 @@ class _Replay:
 
     def run(self) -> Side:
         for finding in self.history.findings:
-            if finding.at <= self.start:  # before the window: counts toward "recent" only
+            if finding.at < self.start:  # before the window: counts toward "recent" only
                 self._node(finding.node_id).recent.append(finding.at)
                 continue
             self._timers_until(finding.at)
@@ -288,14 +288,21 @@ class _Replay:
 
 
 def _live_side(history: History, start: datetime, end: datetime) -> Side:
+    """What the live policy did, from its audit trail and episodes (drains before episodes were recorded
+    count the node's GPUs; the lists are the candidate's only)."""
     live = Side()
     record = history.live
     live.drains = record.drains
+    live.repairs = dict(record.repairs)
+    live.held_for_inspection = record.held_for_inspection
     for rail, count in record.refusals.items():
         live.refusals[rail] = live.refusals.get(rail, 0) + count
     for node_id, drained, back in record.out_spans:
+        if node_id not in history.nodes:
+            continue
+        gpus = record.gpus_out.get((node_id, drained), history.nodes[node_id].gpus)
         span = (min(back or end, end) - max(drained, start)).total_seconds()
-        live.gpu_hours_out += history.nodes[node_id].gpus * max(span, 0) / 3600 if node_id in history.nodes else 0
+        live.gpu_hours_out += gpus * max(span, 0) / 3600
     for node_id, at in record.drained_at:
         live.jobs_hit.update(
             j.job_id for j in history.jobs.get(node_id, []) if j.start <= at and (j.end is None or j.end > at)

@@ -50,6 +50,9 @@ class LiveRecord:
     refusals: dict[str, int] = field(default_factory=dict)
     out_spans: list[tuple[int, datetime, datetime | None]] = field(default_factory=list)  # node, drained, back
     drained_at: list[tuple[int, datetime]] = field(default_factory=list)
+    repairs: dict[str, int] = field(default_factory=dict)
+    held_for_inspection: int = 0
+    gpus_out: dict[tuple[int, datetime], int] = field(default_factory=dict)  # (node, drained) -> GPUs out
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def load_history(conn: psycopg.Connection[Any], start: datetime, end: datetime, 
             "SELECT at, node_id, severity,"
             "       CASE WHEN kind = ANY(%s) AND code IS NOT NULL THEN kind || ':' || code ELSE kind END,"
             "       action, detail"
-            " FROM health_evidence WHERE at > %s AND at <= %s AND severity <> 'ignore'"
+            " FROM health_evidence WHERE at >= %s AND at < %s AND severity <> 'ignore'"
             " ORDER BY at, node_id, kind, code, gpu_id NULLS FIRST",
             [coded, since, end],
         )
@@ -86,7 +89,8 @@ def load_history(conn: psycopg.Connection[Any], start: datetime, end: datetime, 
     }
     jobs: dict[int, list[Job]] = {}
     for node_id, job_id, user, started, ended in conn.execute(
-        "SELECT node_id, job_id, min(username), min(started_at), max(ended_at) FILTER (WHERE true)"
+        "SELECT node_id, job_id, min(username), min(started_at),"
+        "       CASE WHEN bool_or(ended_at IS NULL) THEN NULL ELSE max(ended_at) END"  # running on one GPU: running
         " FROM job_allocation WHERE started_at <= %s AND (ended_at IS NULL OR ended_at > %s)"
         " GROUP BY node_id, job_id ORDER BY node_id, min(started_at), job_id",
         [end, since],
@@ -105,6 +109,7 @@ def load_history(conn: psycopg.Connection[Any], start: datetime, end: datetime, 
 
 def _live(conn: psycopg.Connection[Any], start: datetime, end: datetime) -> LiveRecord:
     live = LiveRecord()
+    said: dict[int, str] = {}  # node -> the rail that last refused it: counted once per rail, as a replay does
     for node_id, at, action, dry_run, ok, detail in conn.execute(
         "SELECT node_id, at, action, dry_run, ok, detail FROM health_action"
         " WHERE at >= %s AND at < %s AND action IN ('drain', 'refused') ORDER BY at, action_id",
@@ -112,13 +117,27 @@ def _live(conn: psycopg.Connection[Any], start: datetime, end: datetime) -> Live
     ):
         if action == "refused":
             rail = guard_rail(detail)
-            live.refusals[rail] = live.refusals.get(rail, 0) + 1
-        elif dry_run:
+            if said.get(node_id) != rail:
+                said[node_id] = rail
+                live.refusals[rail] = live.refusals.get(rail, 0) + 1
+            continue
+        said.pop(node_id, None)
+        if dry_run:
             live.dry_run_drains += 1
             live.drained_at.append((node_id, at))
         elif ok:
             live.drains += 1
             live.drained_at.append((node_id, at))
+    # The episodes say which repair, whether held, and how many GPUs were out (one, for a device taint).
+    for node_id, out_at, repair, held, gpus in conn.execute(
+        "SELECT node_id, out_at, repair, held_at IS NOT NULL, gpus_out FROM health_episode"
+        " WHERE out_at >= %s AND out_at < %s AND NOT dry_run ORDER BY out_at, node_id",
+        [start, end],
+    ):
+        if repair is not None:
+            live.repairs[repair] = live.repairs.get(repair, 0) + 1
+        live.held_for_inspection += bool(held)
+        live.gpus_out[(node_id, out_at)] = gpus
     # Time out of service: from each move into drained to the node's next move back to healthy.
     for node_id, drained, back in conn.execute(
         "SELECT t.node_id, t.at, (SELECT min(b.at) FROM health_transition b"

@@ -16,16 +16,22 @@ from gpuscope.health.validation.outcome import ValidationOutcome, Verdict
 OUTPUT_TAIL = 400  # characters of the command's output kept with its outcome
 
 
-async def run_validation(policy: HealthPolicy, node: str) -> ValidationOutcome:
+async def run_validation(policy: HealthPolicy, node: str, gpu: int | None = None) -> ValidationOutcome:
+    """The check of `node`, or of its one GPU `gpu` where only that GPU is out of service (its others run
+    jobs): dcgmi's `-i`, and "{gpu}" in validate_command ("all" for the whole node)."""
     preset = policy.validation or ValidationConfig(preset="command")
     if preset.preset == "command" and not policy.validate_command:
         return ValidationOutcome(True, "checks passed; no validation command configured")
     if preset.preset == "dcgm_diag":
-        argv = dcgm_argv(preset, node)
+        argv = dcgm_argv(preset, node, gpu)
     elif preset.preset == "nccl_all_reduce":
         argv = nccl_argv(preset, node)
     else:
-        argv = [part.replace("{node}", node) for part in (*preset.launcher, *policy.validate_command)]
+        which = "all" if gpu is None else str(gpu)
+        argv = [
+            part.replace("{node}", node).replace("{gpu}", which)
+            for part in (*preset.launcher, *policy.validate_command)
+        ]
     shown = " ".join(argv)
     timeout_s = preset.timeout_s or policy.validate_timeout_s
     ran = await run_command(argv, timeout_s)

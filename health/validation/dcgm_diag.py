@@ -14,9 +14,10 @@ _GPU_IN_WARNING = re.compile(r"\bGPU (\d+)\b")
 WHY_LENGTH = 300  # characters of DCGM's warnings kept in the verdict
 
 
-def dcgm_argv(config: ValidationConfig, node: str) -> list[str]:
+def dcgm_argv(config: ValidationConfig, node: str, gpu: int | None = None) -> list[str]:
+    """`gpu`: the one GPU to check (`-i`), where the node's others stay in service; None: every GPU."""
     host = config.host or ("{node}" if not config.launcher else None)
-    command = [config.dcgmi, "diag", "-r", str(config.level), "-j"]
+    command = [config.dcgmi, "diag", "-r", str(config.level), "-j", *(["-i", str(gpu)] if gpu is not None else [])]
     if host is not None:
         command += ["--host", host]
     return [part.replace("{node}", node) for part in (*config.launcher, *command)]

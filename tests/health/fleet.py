@@ -70,14 +70,14 @@ class Fleet:
         return [tuple(r) for r in rows.fetchall()]  # type: ignore[misc]
 
     def run(self, loop: HealthLoop, *seconds: float) -> list[CycleReport]:
-        """Cycles at these times, in one event loop (validations run as tasks between cycles)."""
+        """Cycles at these times, in one event loop (checks and repairs run as tasks between cycles)."""
 
         async def cycles() -> list[CycleReport]:
             reports = []
             async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
                 for t in seconds:
                     reports.append(await loop.cycle(conn, at(t)))
-                    await asyncio.sleep(0.2)  # a validation command finishes
+                    await loop.settle(30)  # the checks and repairs it started finish before the next cycle
             return reports
 
         return asyncio.run(cycles())

@@ -5,13 +5,17 @@ and still counts against the guard rails; a finding that asks for more than the 
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.health.fleet import Fleet
 from tests.health.helpers import at
+from tests.waiting import eventually_async
 
 QUIET = {"quiet_s": 60}
 
@@ -135,3 +139,37 @@ def fetch_failed_tests(fleet: Fleet, node: str) -> list[tuple[str, str]]:
         "SELECT outcome, failed_test FROM health_episode WHERE node_id = %s ORDER BY episode_id", [fleet.nodes[node]]
     )
     return [tuple(r) for r in rows.fetchall()]  # type: ignore[misc]
+
+
+def test_an_operator_resume_calls_off_the_repair_under_way(fleet: Fleet, tmp_path: Path) -> None:
+    """The node resumed by an operator mid-repair: the repair's command is killed and its outcome is not
+    booked to the node's next episode, whose own step is recorded instead."""
+    started = tmp_path / "started"
+    slow = {"reset_gpu": ["/bin/sh", "-c", f"echo $$ > {started}; exec sleep 60"]}
+    loop = fleet.live(repair_commands=slow, quiet_s=600)
+    fleet.xid("n1", 2, 100, 48)
+
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(fleet.dsn, autocommit=True) as conn:
+            await loop.cycle(conn, at(140))  # drained; the reset starts
+            await eventually_async(lambda: started.exists(), what="the repair command running", timeout=10)
+            with fleet.server.lock:
+                fleet.server.nodes["n1"]["spec"].pop("unschedulable", None)  # an operator resumes it
+            await loop.cycle(conn, at(150))
+            await eventually_async(lambda: not _alive(int(started.read_text())), what="the repair killed", timeout=5)
+
+    asyncio.run(scenario())
+    assert fleet.state("n1")[0] == "healthy"
+    fleet.xid("n1", 2, 300, 79)
+    fleet.run(loop, 340)
+    first, second = episodes(fleet, "n1")
+    assert (first["outcome"], first["repair_result"]) == ("resumed_by_operator", None)
+    assert second["repair"] == "reboot_node" and second["repair_result"].startswith("recommended: reboot the node")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

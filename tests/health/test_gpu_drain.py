@@ -6,12 +6,17 @@ the taint has resumed the GPU."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.health.api_server import gpu_device, resource_slice
 from tests.health.fleet import GPUS, Fleet
 
 QUIET = {"quiet_s": 60}
+FAKE_DCGMI = Path(__file__).parent / "fake_bin" / "dcgmi"
 
 
 def publish_gpus(fleet: Fleet, node: str) -> None:
@@ -31,9 +36,13 @@ def episode(fleet: Fleet, node: str) -> dict[str, Any]:
     return dict(zip(names, row, strict=True))
 
 
-def test_a_gpu_reset_takes_out_the_gpu_and_not_the_node(fleet: Fleet) -> None:
+def test_a_gpu_reset_takes_out_the_gpu_and_not_the_node(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     publish_gpus(fleet, "n1")
-    loop = fleet.live(**QUIET)
+    argv = tmp_path / "dcgmi-argv.json"
+    monkeypatch.setenv("FAKE_ARGV_FILE", str(argv))
+    loop = fleet.live(validation={"preset": "dcgm_diag", "dcgmi": str(FAKE_DCGMI)}, **QUIET)
     fleet.xid("n1", 2, 100, 48)  # double-bit ECC: reset the GPU
     fleet.run(loop, 140)
     assert fleet.state("n1")[0] == "drained" and not fleet.cordoned("n1"), "the node stays in service"
@@ -42,6 +51,8 @@ def test_a_gpu_reset_takes_out_the_gpu_and_not_the_node(fleet: Fleet) -> None:
     assert episode(fleet, "n1") == {"scope": "gpu", "gpus_out": 1, "outcome": "open", "repair": "reset_gpu"}
     fleet.run(loop, 210, 220)
     assert fleet.state("n1")[0] == "healthy" and not fleet.server.taint_rules, "validated, the taint removed"
+    checked = json.loads(argv.read_text())
+    assert checked[checked.index("-i") + 1] == "2", "the one GPU is checked: the others run jobs"
     assert episode(fleet, "n1")["outcome"] == "returned"
 
 
@@ -66,3 +77,22 @@ def test_an_operator_who_removes_the_taint_resumed_the_gpu(fleet: Fleet) -> None
     state, reason, _ = fleet.state("n3")
     assert state == "healthy" and reason == "device taint removed by an operator"
     assert episode(fleet, "n3")["outcome"] == "resumed_by_operator"
+
+
+def test_a_gpu_the_scheduler_cannot_find_takes_the_node(fleet: Fleet) -> None:
+    devices = [gpu_device(f"gpu-{i}", f"GPU-{fleet.nodes['n2']}-{i}", i) for i in (0, 1)]  # GPU 2 not published
+    with fleet.server.lock:
+        fleet.server.slices.append(resource_slice("n2", devices))
+    fleet.xid("n2", 2, 100, 48)
+    fleet.run(fleet.live(**QUIET), 140)
+    assert fleet.state("n2")[0] == "drained" and fleet.cordoned("n2") and not fleet.server.taint_rules
+    assert [(a, d.startswith("cordon")) for a, _, d in fleet.actions("n2")] == [("drain", False), ("drain", True)]
+    assert episode(fleet, "n2")["scope"] == "node"
+
+
+def test_a_check_that_needs_every_gpu_takes_the_node(fleet: Fleet) -> None:
+    publish_gpus(fleet, "n4")
+    nccl = {"preset": "nccl_all_reduce", "all_reduce_perf": "all_reduce_perf", "min_busbw_gbps": 1}
+    fleet.xid("n4", 1, 100, 48)
+    fleet.run(fleet.live(validation=nccl, quiet_s=600), 140)
+    assert fleet.cordoned("n4") and not fleet.server.taint_rules

@@ -14,6 +14,7 @@ CREATE TABLE health_episode (
     back_at        timestamptz,             -- back in service or cleared; NULL: still open
     outcome        text NOT NULL DEFAULT 'open'
                    CHECK (outcome IN ('open', 'cleared', 'returned', 'resumed_by_operator', 'held')),
+    held_at        timestamptz,             -- held for hardware inspection (an operator may return it later)
     scope          text NOT NULL DEFAULT 'node' CHECK (scope IN ('node', 'gpu')),  -- gpu: one device taken out (DRA)
     gpus_out       integer NOT NULL DEFAULT 0,  -- GPUs taken out of the fleet while out
     rung           integer,                 -- the ladder's step chosen (0 = first); NULL: no repair chosen
