@@ -19,7 +19,7 @@ from gpuscope.health.replay import ReplayError, replay
 from gpuscope.health.replay_data import load_history
 
 router = APIRouter(prefix="/api/v1/health", tags=["health"])
-MAX_POLICY_CHARS = 16 * 1024  # a policy is a page of YAML; the query must stay within a URL's usual limits
+MAX_POLICY_CHARS = 8 * 1024  # a policy is a page of YAML; the query stays within a request line's usual limits
 
 
 @router.get(

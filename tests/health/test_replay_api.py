@@ -85,3 +85,14 @@ def test_the_cli_names_the_file_and_line_of_a_bad_policy(collector: RunningColle
     policy.write_text("max_drained: 2\nmax_drainz: 3\n")
     ran = replay_cli(collector, policy)
     assert ran.returncode == 2 and f"{policy}:2: max_drainz" in ran.stderr and "Traceback" not in ran.stderr
+
+
+def test_a_policy_as_long_as_allowed_is_answered_and_a_longer_one_refused(collector: RunningCollector) -> None:
+    from gpuscope.health.replay_api import MAX_POLICY_CHARS
+
+    body = "max_drained_share: 1.0\nquiet_s: 900\n"
+    padded = body + "# " + "a note on the policy, a long one; " * (MAX_POLICY_CHARS // 34) + "\n"
+    padded = padded[: MAX_POLICY_CHARS - 1] + "\n"
+    assert post(collector, padded).status_code == 200, "every character URL-encoded, within the request line"
+    too_long = post(collector, padded + "#")
+    assert too_long.status_code == 422 and "at most" in too_long.text
