@@ -152,6 +152,7 @@ def _gpu_rows(fleet: Fleet, t: float) -> list[CopyColumn]:
         "nvlink_crc_errors": np.where(fleet.nvlink, int(elapsed // 60), 0),
         "nvlink_replay_errors": np.zeros(n, dtype=np.int64),
         "nvlink_recovery_errors": np.zeros(n, dtype=np.int64),
+        "recovery_action": np.zeros(n, dtype=np.int64),  # NVML's "none": the driver asks for nothing
     }
     up = ~(fleet.lost & (t >= fleet.lost_at))  # a lost GPU reports nothing but that
     columns = [
