@@ -88,31 +88,32 @@ class InfinibandSource:
     def _read_port(self, port: _Port) -> PortReading:
         values: dict[str, float] = {}
         for path, key, multiplier in port.counter_files:
-            text = self._read(path)
-            if text is not None and text.isdigit():
-                values[key] = float(int(text) * multiplier)
+            raw = self._read(path)
+            if raw is not None and raw.isdigit():
+                values[key] = float(int(raw) * multiplier)
         for name, key in (("state", "state"), ("phys_state", "phys_state")):
-            text = self._read(f"{port.directory}/{name}")  # "4: ACTIVE", "5: LinkUp"
-            if text is not None and text.split(":", 1)[0].isdigit():
-                values[key] = float(text.split(":", 1)[0])
+            raw = self._read(f"{port.directory}/{name}")  # "4: ACTIVE", "5: LinkUp"
+            code = raw.split(b":", 1)[0] if raw is not None else b""
+            if code.isdigit():
+                values[key] = float(code)
         rate = self._read(f"{port.directory}/rate")  # "400 Gb/sec (4X NDR)"
         if rate is not None:
             try:
                 values["rate_gbps"] = float(rate.split()[0])
             except (ValueError, IndexError):
-                self._log_once(
-                    ("rate", port.directory), logging.WARNING, "unreadable rate %r in %s", rate, port.directory
-                )
+                shown, where = rate.decode("ascii", "replace"), port.directory
+                self._log_once(("rate", where), logging.WARNING, "unreadable rate %r in %s", shown, where)
         return PortReading(port=port.identity, values=values)
 
-    def _read(self, path: str) -> str | None:
-        """The file's current text. Files stay open: a sysfs attribute read again from offset 0 is
+    def _read(self, path: str) -> bytes | None:
+        """The file's current text, as ASCII bytes without surrounding white space (parsed as they are:
+        int() and float() take bytes). Files stay open: a sysfs attribute read again from offset 0 is
         generated afresh, so one pread per value replaces open, read and close."""
         try:
             fd = self._fds.get(path)
             if fd is None:
                 fd = self._fds[path] = os.open(path, os.O_RDONLY)
-            return os.pread(fd, 128, 0).decode("ascii", "replace").strip()
+            return os.pread(fd, 128, 0).strip()
         except OSError as exc:
             self._forget(path)
             self._log_once(path, logging.WARNING, "cannot read %s: %s", path, exc.strerror)

@@ -346,7 +346,13 @@ def _serial(nvml: ModuleType, handle: Any) -> str:
 
 
 def _slice(fields: Fields, start: int, stop: int) -> Fields:
-    return Fields(*(column[start:stop] for column in fields))
+    return Fields(
+        fields.field_id[start:stop],
+        fields.scope[start:stop],
+        fields.status[start:stop],
+        fields.value[start:stop],
+        fields.timestamp_us[start:stop],
+    )
 
 
 def _memory_from_instances(mig: tuple[MigReading, ...], values: dict[str, float]) -> None:

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from gpuscope.exporter.sources.nvml_fields import layout
+
 log = logging.getLogger(__name__)
 
 # catalog key -> GPM metric (nvml.h NVML_GPM_METRIC_*), each a percentage
@@ -39,6 +41,10 @@ class GpmPair:
         self._take_sample = take_sample  # e.g. nvmlGpmSampleGet(handle, sample)
         self._samples = [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()]
         self._primed = False
+        # The request's metric results, read in one unpack: each structure's attributes would be
+        # decoded in Python, twice per metric and GPU every cycle.
+        self._results = memoryview(request.metrics).cast("B")
+        self._unpack = layout(nvml.c_nvmlGpmMetric_t, (("nvmlReturn", "I"), ("value", "d")), len(KEYS))
 
     def read(self) -> dict[str, float]:
         """Activity since the previous read, in percent; {} on the first read."""
@@ -50,9 +56,11 @@ class GpmPair:
             request = self._request
             request.sample1, request.sample2 = previous, current
             nvml.nvmlGpmMetricsGet(request)
-            for metric, key in zip(request.metrics[: len(KEYS)], KEYS, strict=True):
-                if metric.nvmlReturn == nvml.NVML_SUCCESS:
-                    out[key] = min(100.0, max(0.0, float(metric.value)))
+            results = self._unpack.unpack_from(self._results)
+            success = nvml.NVML_SUCCESS
+            for key, status, value in zip(KEYS, results[0::2], results[1::2], strict=True):
+                if status == success:
+                    out[key] = min(100.0, max(0.0, value))
         self._samples = [current, previous]
         self._primed = True
         return out

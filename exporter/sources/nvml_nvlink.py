@@ -42,32 +42,36 @@ class NvlinkThroughput:
     def take(self, fields: Fields, values: dict[str, float], links: Links) -> bool:
         """Fills per-link and total bytes; True when a field turned out unsupported (requests changed)."""
         nvml = self._nvml
-        ok = fields.status == nvml.NVML_SUCCESS
+        success = nvml.NVML_SUCCESS
+        status = fields.status
         changed = False
-        if not ok.all():
-            unsupported = fields.status == nvml.NVML_ERROR_NOT_SUPPORTED
-            if unsupported.any():
-                dropped = set(
-                    zip(fields.field_id[unsupported].tolist(), fields.scope[unsupported].tolist(), strict=True)
-                )
+        if status.count(success) != len(status):
+            not_supported = nvml.NVML_ERROR_NOT_SUPPORTED
+            dropped = {
+                (field, scope)
+                for field, scope, code in zip(fields.field_id, fields.scope, status, strict=True)
+                if code == not_supported
+            }
+            if dropped:
                 self._requests = [r for r in self._requests if r not in dropped]
                 self._aggregated -= {field for field, scope in dropped if scope == UINT_MAX}
                 changed = True
-        link_keys, aggregated = self._link_keys, self._aggregated
-        for field, scope, value in zip(
-            fields.field_id[ok].tolist(), fields.scope[ok].tolist(), (fields.value[ok] * KIB).tolist(), strict=True
-        ):
+        link_keys, aggregated, totals, link_last = self._link_keys, self._aggregated, self._totals, self._link_last
+        for field, scope, code, count in zip(fields.field_id, fields.scope, status, fields.value, strict=True):
+            if code != success:
+                continue
+            value = count * KIB
             if scope == UINT_MAX:
-                self._totals[field] = value
+                totals[field] = value
             else:
                 links[scope][link_keys[field]] = value
                 if field not in aggregated:
-                    self._link_last[field, scope] = value
+                    link_last[field, scope] = value
         for field, key in self._total_keys.items():
             if field in aggregated:
-                total = self._totals.get(field)  # through a passing failure, NVML's previous total
+                total = totals.get(field)  # through a passing failure, NVML's previous total
             else:
-                counts = [value for (f, _), value in self._link_last.items() if f == field]
+                counts = [value for (f, _), value in link_last.items() if f == field]
                 total = sum(counts) if counts else None
             if total is not None:
                 values[key] = total
@@ -113,12 +117,15 @@ class NvlinkErrors:
         self._last: dict[tuple[int, int], float] = {}  # (link, counter) -> last count read
 
     def read(self, values: dict[str, float], links: Links) -> None:
+        unsupported = self._unsupported
         for link in range(self._link_count):
             for key, kinds in self._kinds.items():
                 total, complete, supported = 0.0, True, False
                 for kind in kinds:
-                    count = self._count(link, kind) if (link, kind) not in self._unsupported else None
-                    if (link, kind) in self._unsupported:
+                    if (link, kind) in unsupported:
+                        continue
+                    count = self._count(link, kind)
+                    if (link, kind) in unsupported:  # it just said so
                         continue
                     supported = True
                     if count is None:
@@ -127,8 +134,11 @@ class NvlinkErrors:
                         total += count
                 if supported and complete:
                     links[link][key] = total
+        by_kind: dict[int, float] = {}
+        for (_, kind), count in self._last.items():
+            by_kind[kind] = by_kind.get(kind, 0.0) + count
         for total_key, counted in self._totals.items():
-            known = [count for (_, kind), count in self._last.items() if kind in counted]
+            known = [by_kind[kind] for kind in counted if kind in by_kind]
             if known:
                 values[total_key] = float(sum(known))
 
