@@ -92,6 +92,24 @@ def open_page(driver: Any, url: str, timeout: float = 30.0) -> float:
     return time.perf_counter() - started
 
 
+# Where a page load's time went, from the browser's resource timings: the scripts it fetched (kB, as
+# decoded: what the browser compiles) and the server's time on its slowest Dash callback.
+BREAKDOWN_JS = """
+const res = performance.getEntriesByType('resource');
+const scripts = res.filter(e => e.initiatorType === 'script' || /\\.js(\\?|$)/.test(e.name));
+const callbacks = res.filter(e => e.name.includes('_dash-update-component'));
+return {
+  scripts_kb: Math.round(scripts.reduce((sum, e) => sum + e.decodedBodySize, 0) / 1000),
+  slowest_callback_server_ms: Math.round(Math.max(0, ...callbacks.map(e => e.responseStart - e.requestStart))),
+};
+"""
+
+
+def load_breakdown(driver: Any) -> dict[str, int]:
+    """For the page just opened: {"scripts_kb", "slowest_callback_server_ms"} (see BREAKDOWN_JS)."""
+    return {key: int(value) for key, value in driver.execute_script(BREAKDOWN_JS).items()}
+
+
 def console_errors(driver: Any) -> list[str]:
     return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
@@ -122,6 +140,26 @@ Plotly.Fx.hover(gd, hover);
 const layer = gd.querySelector('.hoverlayer');
 return layer ? layer.textContent : '';
 """
+
+
+# The trace types drawn on the page, the types the page's Plotly can draw (its bundle's), and whether
+# the page fetched Dash's full bundle (dashboard/plotly_bundle.py: it never should).
+PLOTLY_IN_USE_JS = """
+const drawn = new Set();
+for (const g of document.querySelectorAll('.js-plotly-plot')) {
+  for (const t of g.data || []) drawn.add(t.type || 'scatter');
+}
+const full = performance.getEntriesByType('resource').some(e => e.name.includes(arguments[0]));
+const known = window.Plotly ? Object.keys(Plotly.PlotSchema.get().traces) : [];
+return {drawn: [...drawn].sort(), known: known, full: full};
+"""
+
+
+def plotly_in_use(driver: Any) -> dict[str, Any]:
+    """{"drawn": trace types on the page, "known": types its Plotly can draw, "full": Dash's full bundle fetched}."""
+    from gpuscope.dashboard.plotly_bundle import FULL_BUNDLE_URL_PART
+
+    return dict(driver.execute_script(PLOTLY_IN_USE_JS, FULL_BUNDLE_URL_PART))
 
 
 def plotly_hover(driver: Any, graph_id: str, hover: Any) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gpuscope.bench.browser import console_errors, graph_data, open_page, screenshot, wait_until
+from gpuscope.bench.browser import console_errors, graph_data, open_page, plotly_in_use, screenshot, wait_until
 from gpuscope.core.embedded_pg import EmbeddedPostgres
 from gpuscope.dashboard_process import DashboardSettings
 from gpuscope.exporter.node_exporter import ExporterConfig, NodeExporter
@@ -95,7 +95,11 @@ def test_every_page_loads_without_console_errors(stack: Stack, browser: Any) -> 
         screenshot(browser, name)
         assert console_errors(browser) == [], path
         assert "Traceback" not in browser.page_source
-        print(f"{path}: rendered in {seconds:.2f} s")
+        # Drawn by the partial Plotly bundle (dashboard/plotly_bundle.py), which knows every type drawn.
+        plotly = plotly_in_use(browser)
+        assert not plotly["full"], f"{path} fetched Dash's full plotly.js"
+        assert set(plotly["drawn"]) <= set(plotly["known"]), (path, plotly["drawn"])
+        print(f"{path}: rendered in {seconds:.2f} s, trace types {plotly['drawn']}")
 
 
 def test_the_heatmap_shows_every_simulated_gpu_and_a_click_opens_its_node(stack: Stack, browser: Any) -> None:
