@@ -105,7 +105,7 @@ def fill(conn: Any, time_range: query.TimeRange, bucket: int, requested: int | N
 def check_points(time_range: query.TimeRange, bucket: int, **series: int) -> None:
     """Refuse (422) an answer of more than MAX_POINTS values before it is read. `series`: the factors
     that multiply the buckets, by name (metrics=16, GPUs=64)."""
-    buckets = len(time_range.buckets(bucket))
+    buckets = time_range.bucket_count(bucket)
     points = buckets
     for count in series.values():
         points *= count

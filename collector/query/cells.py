@@ -54,7 +54,7 @@ def cells_query(
     it could hold no sample at all (with every GPU sampled in step, a blank first column). `counted`
     (minute buckets read from the rollup only): a fourth column, the samples behind each mean, so that
     the minutes can be widened into exact means (widen())."""
-    first = time_range.buckets(bucket_s)[0]
+    first = time_range.first_bucket(bucket_s)
     params: dict[str, Any] = {
         "bucket": timedelta(seconds=bucket_s),
         "origin": EPOCH,

@@ -106,7 +106,7 @@ def _cells(
     if read_s == bucket_s:
         return fetch_cells(conn, *cells_query(metric, time_range, bucket_s, splits, gpu_ids))
     # The first wide bucket whole, as cells_query reads it: its minutes from the bucket's aligned start.
-    whole = TimeRange(time_range.buckets(bucket_s)[0], time_range.end)
+    whole = TimeRange(time_range.first_bucket(bucket_s), time_range.end)
     minutes = fetch_cells(conn, *cells_query(metric, whole, read_s, splits, gpu_ids, counted=True), counted=True)
     return widen(minutes, bucket_s)
 

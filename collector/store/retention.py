@@ -18,7 +18,7 @@ from gpuscope.collector.store.timescale import Layout
 
 log = logging.getLogger(__name__)
 
-MINUTE_TABLES = ("gpu_rollup_1m", "rack_power_1m", "gpu_energy_1m", "node_rollup_1m")
+MINUTE_TABLES = ("gpu_rollup_1m", "rack_power_1m", "rack_power_10m", "gpu_energy_1m", "node_rollup_1m")
 HOUR_TABLES = ("gpu_rollup_1h",)
 
 

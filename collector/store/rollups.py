@@ -5,9 +5,10 @@ re-aggregates dirty minutes that are at least SETTLE old from the raw rows and u
 data (a spool replayed hours later) is rolled up too. Each minute rolled up marks its hour dirty; an
 hour is re-aggregated from the minute rollup once no minute of it can still change. Readers take the
 hour rollup, then the minute rollup, then raw rows, each where the coarser one stops (collector/query).
-Beside the minute rollup, in the same pass over the same minutes: power per rack (rack_power_1m) and
-the node tier (node_rollup_1m: each node's GPU minute means summed, for node- and rack-level heatmaps),
-both re-aggregated from the minute rollup whenever a minute is, so late data reaches them too.
+Beside the minute rollup, in the same pass over the same minutes: power per rack (rack_power_1m, and
+rack_power_10m from it for day-long charts) and the node tier (node_rollup_1m: each node's GPU minute
+means summed, for node- and rack-level heatmaps), all re-aggregated from the minute rollup whenever a
+minute is, so late data reaches them too.
 """
 
 from __future__ import annotations
@@ -97,6 +98,17 @@ RACK_POWER = (
     " WHERE r.bucket >= %(start)s AND r.bucket < %(end)s AND r.power_n > 0 GROUP BY 1, 2, 3"
     " ON CONFLICT (cluster, rack, bucket) DO UPDATE SET watts = EXCLUDED.watts, gpus = EXCLUDED.gpus"
 )
+# Per rack and 10 minutes, re-aggregated from rack_power_1m over every 10 minutes the span touches
+# (migration 0022): a span of a few minutes still rewrites whole 10-minute rows, each exact for the
+# minutes it has, and complete once its last minute is rolled up.
+RACK_POWER_10M = (
+    "INSERT INTO rack_power_10m (bucket, cluster, rack, watts_sum, minutes)"
+    " SELECT date_bin('10 minutes', bucket, 'epoch'), cluster, rack, sum(watts), count(*) FROM rack_power_1m"
+    " WHERE bucket >= date_bin('10 minutes', %(start)s::timestamptz, 'epoch')"
+    "  AND bucket < date_bin('10 minutes', %(end)s::timestamptz - interval '1 minute', 'epoch') + interval '10 minutes'"
+    " GROUP BY 1, 2, 3"
+    " ON CONFLICT (bucket, cluster, rack) DO UPDATE SET watts_sum = EXCLUDED.watts_sum, minutes = EXCLUDED.minutes"
+)
 
 # Per node and minute, each metric's GPU minute means summed and the GPUs counted (migration 0019).
 NODE_MINUTE = (
@@ -126,6 +138,7 @@ async def roll_up(conn: AsyncConnection[Any], now: datetime | None = None) -> in
         await conn.execute(AGGREGATE_MINUTE, span)
         await conn.execute(ENERGY_MINUTE, span)
         await conn.execute(RACK_POWER, span)
+        await conn.execute(RACK_POWER_10M, span)
         await conn.execute(NODE_MINUTE, span)
     if minutes:
         await conn.execute(

@@ -36,7 +36,7 @@ RANGE_KEYS = {
     "gpu_rollup_1h": "gpu_id",
     "job_allocation": "gpu_id",
 }
-LIST_KEYS = {"rack_power_1m": "cluster"}
+LIST_KEYS = {"rack_power_1m": "cluster", "rack_power_10m": "cluster"}
 INHERITED = ("rollup_dirty_minute", "rollup_dirty_hour")
 TABLES = (*RANGE_KEYS, *LIST_KEYS, *INHERITED)
 # The planner settings that let aggregates and joins go to each partition's server (off by default).

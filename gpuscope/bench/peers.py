@@ -7,11 +7,12 @@ openmetrics` from the series a scrape of gpuscope's exporter would give, then co
 itself (bench/prometheus_*.py). The backfill is the faithful route for a day of history: remote write
 only takes samples newer than the head's, so it serves the ingest figure instead, on a fresh server.
 
-The same four questions go to both over HTTP, answers decoded and checked against the telemetry: the
+The same five questions go to both over HTTP, answers decoded and checked against the telemetry: the
 6 h utilisation heatmap at 1-minute buckets, power per rack over 24 h (at the bucket our API picks for a
 day, given to PromQL as its step), one job's utilisation and power over its life, the ten hottest GPUs
-now. Prometheus answers raw PromQL and, for the two heavy ones, recording rules too (as operators put
-behind dashboards; our rollups are their counterpart); each ratio is against the faster of the two.
+now, one GPU's utilisation over the day at 1 minute (a node or GPU page). Prometheus answers raw PromQL
+and, for the heatmap, rack power and one GPU, recording rules too (as operators put behind dashboards;
+our rollups are their counterpart); each ratio is against the faster of the two.
 
 Bytes per GPU-day: Prometheus's blocks after compaction; ours as the database's growth on plain
 PostgreSQL, and on TimescaleDB's columnstore where the test build runs (bench/peers_timescale.py).
@@ -123,6 +124,7 @@ def _gpuscope(
                     "rack_power": questions.rack_power(steps[0]),
                     "job": questions.job(job.job_id, steps[1]),
                     "hottest": questions.hottest(),
+                    "one_gpu": questions.one_gpu(prometheus.page_gpu(telemetry)),
                 }
             finally:
                 questions.close()
@@ -145,7 +147,9 @@ def _prometheus(
         if compact:
             prometheus.wait_compacted(server)  # the rules' blocks merged in, as a server would have them
         evaluations = prometheus.rule_evaluations(server.port, telemetry)
-        for question in prometheus.all_questions(telemetry, rack_step, job, evaluations, job_step)[4:]:
+        for question in prometheus.all_questions(telemetry, rack_step, job, evaluations, job_step):
+            if question.variant != "rules":
+                continue
             answers[question.name]["rules"] = prometheus.ask(server.port, question, runs)
     return answers, {
         "bytes_per_gpu_day": storage.bytes_per_gpu_day,

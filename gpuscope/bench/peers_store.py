@@ -1,5 +1,5 @@
 """gpuscope's side of `gpuscope bench peers`: the telemetry loaded into its store as ingest and maintenance
-leave it (samples in day partitions, minute and hour rollups, rack power, job allocations), and the four
+leave it (samples in day partitions, minute and hour rollups, rack power, job allocations), and the five
 questions asked of a real collector over its read API, each answer checked against the telemetry."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import httpx
 import numpy as np
 import psycopg
 
+from gpuscope.bench.prometheus_answers import window_means
+from gpuscope.bench.prometheus_series import exposed
 from gpuscope.bench.telemetry import METRICS, GpuId, Telemetry
 from gpuscope.bench.timing import p95, timed
 from gpuscope.collector.store import partitions, rollups
@@ -145,7 +147,7 @@ def at(seconds: float) -> datetime:
 
 
 class Questions:
-    """The four questions asked of a collector at `url`, each checked against the telemetry."""
+    """The five questions asked of a collector at `url`, each checked against the telemetry."""
 
     def __init__(self, url: str, telemetry: Telemetry, runs: int) -> None:
         self.client = httpx.Client(base_url=url, timeout=120)
@@ -213,6 +215,25 @@ class Questions:
         expected = sorted(newest.tolist(), reverse=True)[:10]
         correct = [row["value"] for row in answer] == expected
         return Answer(times, correct, f"{len(answer)} GPUs, {answer[0]['value'] if answer else '-'} C the hottest")
+
+    def one_gpu(self, gpu: int) -> Answer:
+        """One GPU's utilisation over the day at 1-minute buckets (a node or GPU page), every minute
+        checked against the telemetry's mean of that GPU's samples in it."""
+        t = self.telemetry
+        end = t.end + t.step_s
+        params = {"uuid": t.gpus[gpu].uuid, "metric": "util_pct", "start": _iso(t.start), "end": _iso(end)}
+        times, answer = timed(lambda: self.get("series", **params, bucket_seconds=60), self.runs)
+        stamps = np.array([datetime.fromisoformat(s).timestamp() for s in answer["times"]])
+        got = np.array([np.nan if v is None else v for v in answer["values"]["util_pct"][0]], dtype=np.float64)
+        windows = np.column_stack([stamps, stamps + 60 - 1e-3])  # [b, b + 60): the bucket's samples
+        expected = window_means(t, "util_pct", windows, [gpu])[:, 0] / exposed("util_pct").scale
+        correct = (
+            [g["uuid"] for g in answer["gpus"]] == [t.gpus[gpu].uuid]
+            and bool(np.isfinite(got).any())
+            and np.array_equal(np.isnan(got), np.isnan(expected))
+            and np.allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+        )
+        return Answer(times, correct, f"1 GPU x {len(stamps)} minutes")
 
     def close(self) -> None:
         self.client.close()

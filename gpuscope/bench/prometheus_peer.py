@@ -6,7 +6,7 @@ The parts, in the order a run uses them:
 - prometheus_server.PrometheusServer, wait_compacted, tsdb_bytes: the server over those blocks, its
   own compaction, the size of what it keeps (storage_figures below);
 - prometheus_rules: two recording rules backfilled with promtool (add_recording_rules below);
-- prometheus_questions: the four questions in PromQL, raw and from the rules, timed over HTTP
+- prometheus_questions: the five questions in PromQL, raw and from the rules, timed over HTTP
   (prometheus_http) and checked against the telemetry (prometheus_answers);
 - prometheus_remote_write: remote-write request bodies and the ingest rate into a fresh server.
 The series are named and labelled as a scrape of gpuscope's exporter would have them
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gpuscope.bench.prometheus_backfill import BackfillFigures, backfill
 from gpuscope.bench.prometheus_http import RUNS, Timed, query, query_range
-from gpuscope.bench.prometheus_questions import Answer, Question, all_questions, ask
+from gpuscope.bench.prometheus_questions import Answer, Question, all_questions, ask, page_gpu
 from gpuscope.bench.prometheus_remote_write import remote_write_bodies, remote_write_rate
 from gpuscope.bench.prometheus_rules import RulesBackfill, backfill_rules, move_blocks, rule_evaluations, rules_yaml
 from gpuscope.bench.prometheus_server import PrometheusServer, block_dirs, tsdb_bytes, wait_compacted
@@ -28,7 +28,7 @@ from gpuscope.bench.telemetry import Telemetry
 
 __all__ = [
     "RUNS", "Answer", "BackfillFigures", "PrometheusServer", "Question", "RulesBackfill", "StorageFigures",
-    "Timed", "add_recording_rules", "all_questions", "ask", "backfill", "query", "query_range",
+    "Timed", "add_recording_rules", "all_questions", "ask", "backfill", "page_gpu", "query", "query_range",
     "remote_write_bodies", "remote_write_rate", "rule_evaluations", "storage_figures", "tsdb_bytes",
     "wait_compacted",
 ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""The four questions of the peer bench in PromQL, raw and from recording rules, timed and checked.
+"""The five questions of the peer bench in PromQL, raw and from recording rules, timed and checked.
 
 Buckets are gpuscope's: [b, b + step) with b a multiple of the step (epoch-aligned), one value per GPU
 (or rack) per bucket, the mean of its samples. A range query evaluated at the bucket's end would not give
@@ -19,6 +19,8 @@ boundary samples; the answers here are the ones gpuscope's API gives.
   The bare selector would keep the GPUs for 5 minutes (the lookback) after the job, since backfilled
   data has no staleness markers, and with them (a live scrape) would drop the job's last partial bucket.
 - hottest now: `topk(10, gpuscope_gpu_temperature_celsius)` at the last sample.
+- one GPU over the day at 1 minute (a node or GPU page): `avg_over_time(...{uuid="..."}[1m])`, and from
+  the heatmap's per-GPU rule (an operator's rule for minute utilisation serves both), `rule{uuid="..."}`.
 """
 
 from __future__ import annotations
@@ -157,6 +159,30 @@ def job_panel(telemetry: Telemetry, job: JobSpan, step_s: int) -> Question:
     return Question("job", "raw", queries, partial(_check_job, telemetry, job, queries))
 
 
+def page_gpu(telemetry: Telemetry) -> int:
+    """The GPU whose page is asked for (its position): one in the middle of the fleet."""
+    return len(telemetry.gpus) // 2
+
+
+def one_gpu(telemetry: Telemetry) -> Question:
+    gpu = page_gpu(telemetry)
+    start, end = buckets(telemetry.start, telemetry.end, 60)
+    selector = f'{exposed("util_pct").name}{{uuid="{telemetry.gpus[gpu].uuid}"}}'
+    q = Query(f"avg_over_time({selector}[1m])", end, start, 60)
+    windows = np.column_stack([q.times() - 60, q.times()])
+    return Question("one_gpu", "raw", (q,), partial(_check_gpus, telemetry, q, "util_pct", windows, gpus=[gpu]))
+
+
+def one_gpu_from_rules(telemetry: Telemetry, evaluations: np.ndarray) -> Question:
+    """From the heatmap's rule: each point is the rule's latest sample, as in heatmap_from_rules()."""
+    gpu = page_gpu(telemetry)
+    start, end = buckets(telemetry.start, telemetry.end, 60)
+    q = Query(f'{GPU_UTILIZATION}{{uuid="{telemetry.gpus[gpu].uuid}"}}', end, start, 60)
+    latest = answers.latest_before(evaluations, q.times())
+    windows = np.column_stack([latest - INTERVAL_S, latest])
+    return Question("one_gpu", "rules", (q,), partial(_check_gpus, telemetry, q, "util_pct", windows, gpus=[gpu]))
+
+
 def hottest(telemetry: Telemetry) -> Question:
     q = Query(f"topk({HOTTEST}, {exposed('temp_c').name})", telemetry.end)
     return Question("hottest", "raw", (q,), lambda results: answers.check_hottest(telemetry, results[0], HOTTEST))
@@ -169,21 +195,37 @@ def all_questions(
     evaluations: np.ndarray | None = None,
     job_step_s: int | None = None,
 ) -> list[Question]:
-    """The four raw (the job's at `job_step_s`, default `step_s`); with `evaluations` (recording rules
-    backfilled: prometheus_rules.rule_evaluations), the heatmap and rack power from the rules as well."""
+    """The five raw (the job's at `job_step_s`, default `step_s`); with `evaluations` (recording rules
+    backfilled: prometheus_rules.rule_evaluations), the heatmap, rack power and one GPU from the rules as
+    well (variant "rules")."""
     raw = [
         heatmap(telemetry),
         rack_power(telemetry, step_s),
         job_panel(telemetry, job, job_step_s or step_s),
         hottest(telemetry),
+        one_gpu(telemetry),
     ]
     if evaluations is None:
         return raw
-    return [*raw, heatmap_from_rules(telemetry, evaluations), rack_power_from_rules(telemetry, step_s, evaluations)]
+    return [
+        *raw,
+        heatmap_from_rules(telemetry, evaluations),
+        rack_power_from_rules(telemetry, step_s, evaluations),
+        one_gpu_from_rules(telemetry, evaluations),
+    ]
 
 
-def _check_gpus(telemetry: Telemetry, q: Query, key: str, windows: np.ndarray, results: list[Result]) -> list[str]:
-    expected = answers.per_gpu(telemetry, answers.window_means(telemetry, key, windows))
+def _check_gpus(
+    telemetry: Telemetry,
+    q: Query,
+    key: str,
+    windows: np.ndarray,
+    results: list[Result],
+    *,
+    gpus: list[int] | None = None,
+) -> list[str]:
+    """Every GPU's (or those at `gpus`) mean over each window, against the answer's series."""
+    expected = answers.per_gpu(telemetry, answers.window_means(telemetry, key, windows, gpus), gpus)
     return answers.compare(results[0], answers.by_uuid, expected, q.times())
 
 

@@ -1,5 +1,5 @@
 """`gpuscope bench peers` end to end at a small size, so that it cannot rot: 48 GPUs for an hour in
-gpuscope's store and a real Prometheus, the four questions answered right by both, bytes and ingest
+gpuscope's store and a real Prometheus, the five questions answered right by both, bytes and ingest
 rates measured, the JSON keys the issue names present. The figures themselves mean little at this size."""
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ def test_the_peers_bench_runs_small() -> None:
     ):
         assert figures[key] > 0, key
     assert figures["all_answers_right"], figures
-    for question in ("heatmap", "rack_power", "job", "hottest"):
+    for question in ("heatmap", "rack_power", "job", "hottest", "one_gpu"):
         p50, p95 = figures[f"{question}_gpuscope_ms"]
         assert 0 < p50 <= p95
         assert figures[f"{question}_prometheus_raw_ms"][0] > 0
     assert figures["worst_latency_ratio"] == pytest.approx(
-        max(figures[f"{q}_ratio"] for q in ("heatmap", "rack_power", "job", "hottest")), abs=1e-3
+        max(figures[f"{q}_ratio"] for q in ("heatmap", "rack_power", "job", "hottest", "one_gpu")), abs=1e-3
     )
     assert "rules" in str(figures.keys()), "recording rules asked too"
     # A row carries every metric a GPU reports plus up: Prometheus stores each as a sample of its own.

@@ -66,6 +66,7 @@ def test_every_raw_answer_matches_the_telemetry(backfilled: Backfilled, server: 
     )
     assert answers["job"].series == 2 * len(job.gpus)  # utilisation and power of each of the job's GPUs
     assert (answers["hottest"].series, answers["hottest"].points) == (10, 10)
+    assert (answers["one_gpu"].series, answers["one_gpu"].points) == (1, buckets_with_samples(telemetry, 60))
 
 
 def test_checks_catch_a_wrong_window_and_wrong_data(backfilled: Backfilled, server: PrometheusServer) -> None:
@@ -73,7 +74,12 @@ def test_checks_catch_a_wrong_window_and_wrong_data(backfilled: Backfilled, serv
     seven_samples = dataclasses.replace(right.queries[0], expr=right.queries[0].expr.replace("[1m]", "[70s]"))
     assert not questions.ask(server.port, dataclasses.replace(right, queries=(seven_samples,)), RUNS).ok
     other = make_telemetry(gpus=GPUS, hours=HOURS, end=backfilled.telemetry.end, seed=2)  # same times, other values
-    for question in (questions.heatmap(other), questions.rack_power(other, STEP_S), questions.hottest(other)):
+    for question in (
+        questions.heatmap(other),
+        questions.rack_power(other, STEP_S),
+        questions.hottest(other),
+        questions.one_gpu(other),
+    ):
         assert not questions.ask(server.port, question, RUNS).ok, question.name
 
 
@@ -112,6 +118,7 @@ def test_answers_from_recording_rules_match_the_telemetry(
     for question in (
         questions.heatmap_from_rules(backfilled.telemetry, evaluations),
         questions.rack_power_from_rules(backfilled.telemetry, STEP_S, evaluations),
+        questions.one_gpu_from_rules(backfilled.telemetry, evaluations),
     ):
         answer = questions.ask(server.port, question, RUNS)
         assert answer.ok, (answer.name, answer.problems)

@@ -35,6 +35,7 @@ def test_each_tier_is_dropped_past_its_own_horizon(dsn: str) -> None:
             )
             conn.execute("INSERT INTO gpu_rollup_1h SELECT * FROM gpu_rollup_1m WHERE bucket = %s", (at,))
             conn.execute("INSERT INTO rack_power_1m VALUES (%s, 'c', 'r', 100, 1)", (at,))
+            conn.execute("INSERT INTO rack_power_10m VALUES (%s, 'c', 'r', 100, 1)", (at,))
             conn.execute(
                 "INSERT INTO node_rollup_1m (bucket, node_id, gpus, util_gpus, sm_active_gpus, tensor_gpus,"
                 " power_gpus, temp_gpus, sm_clock_gpus) VALUES (%s, 1, 1, 0, 0, 0, 0, 0, 0)",
@@ -49,7 +50,8 @@ def test_each_tier_is_dropped_past_its_own_horizon(dsn: str) -> None:
                 (at,),
             )
     deleted = run_apply(dsn, Retention())  # 30 / 90 / 730 days
-    assert deleted == {"gpu_rollup_1m": 2, "rack_power_1m": 2, "gpu_energy_1m": 2, "node_rollup_1m": 2,
+    assert deleted == {"gpu_rollup_1m": 2, "rack_power_1m": 2, "rack_power_10m": 2, "gpu_energy_1m": 2,
+                       "node_rollup_1m": 2,
                        "gpu_rollup_1h": 1, "event": 1, "straggler": 0, "straggler_job_model": 0, "usage_1h": 1,
                        "usage_hour": 1}  # fmt: skip
     with psycopg.connect(dsn) as conn:
@@ -60,6 +62,7 @@ def test_each_tier_is_dropped_past_its_own_horizon(dsn: str) -> None:
 
         assert ages("gpu_rollup_1m") == [1, 45]
         assert ages("rack_power_1m") == [1, 45]
+        assert ages("rack_power_10m") == [1, 45]
         assert ages("node_rollup_1m") == [1, 45]
         assert ages("gpu_rollup_1h") == [1, 45, 120]
         assert ages("event", "ts") == [1, 45, 120]

@@ -84,6 +84,18 @@ SELECT r.bucket, n.cluster, n.rack, sum(r.power_sum / r.power_n) AS watts, count
 FROM gpu_rollup_1m r JOIN gpu g USING (gpu_id) JOIN node n USING (node_id)
 WHERE r.power_n > 0 GROUP BY 1, 2, 3;
 
+-- Power per rack per 10 minutes (migration 0022, which made the plain table before this layout): here
+-- rack_power_1m's rows as they are, one minute each, with the plain table's columns (readers sum them
+-- over whole 10-minute ranges; a view grouping them would aggregate every minute kept at each read).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_class WHERE relname = 'rack_power_10m' AND relkind = 'r') THEN
+        DROP TABLE rack_power_10m;
+    END IF;
+END $$;
+CREATE OR REPLACE VIEW rack_power_10m AS
+SELECT bucket, cluster, rack, watts AS watts_sum, 1 AS minutes FROM rack_power_1m;
+
 -- The node tier (migration 0019, which made the plain table before this layout): a view over the
 -- minute aggregate, as rack_power_1m, with the plain table's columns.
 DO $$
