@@ -6,15 +6,11 @@ before and nothing else is written. Either everything in a batch is committed or
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import psycopg
-from psycopg import AsyncConnection, AsyncPipeline, sql
-from psycopg.pq import TransactionStatus
+from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from gpuscope.collector.store import allocations, events, partitions, rollups
@@ -87,7 +83,7 @@ async def _store_in_order(pool: AsyncConnectionPool, batches: list[Batch], cache
     if cache.plain_layout:
         await _ensure_partitions(pool, batches, cache)
     new_entries: PendingEntries = []
-    async with pool.connection() as conn, _transaction(conn) as tail:
+    async with pool.connection() as conn, conn.transaction():
         ids = []
         for batch in batches:
             node_id = await _node_id(conn, batch, cache, new_entries)
@@ -107,13 +103,11 @@ async def _store_in_order(pool: AsyncConnectionPool, batches: list[Batch], cache
                     gpu_index_to_id[index] = gpu_id
                 gpu_parts.append((batch.gpu_samples, gpu_index_to_id))
                 port_parts.append((batch.port_samples, np.array(port_ids, dtype=np.int64)))
-        await tail.leave()  # COPY has no pipeline mode
         await _copy(conn, "gpu_sample", "gpu_id", GPU_COLUMNS, gpu_parts)
-        await _copy(conn, "ib_port_sample", "port_id", PORT_COLUMNS, port_parts)
-        await _copy(conn, "mig_sample", "mig_id", MIG_COLUMNS, mig_parts)
-        await tail.enter()
         if cache.plain_layout:
             await rollups.mark_dirty(conn, np.concatenate([samples.ts for samples, _ in gpu_parts] or [np.empty(0)]))
+        await _copy(conn, "ib_port_sample", "port_id", PORT_COLUMNS, port_parts)
+        await _copy(conn, "mig_sample", "mig_id", MIG_COLUMNS, mig_parts)
         for batch, (node_id, gpu_ids, _), migs, is_fresh in zip(batches, ids, mig_ids, fresh, strict=True):
             if is_fresh:
                 await allocations.record(conn, node_id, gpu_ids, batch)
@@ -135,51 +129,6 @@ async def _store_in_order(pool: AsyncConnectionPool, batches: list[Batch], cache
         else StoreResult(duplicate=True, gpu_rows=0, port_rows=0)
         for b, is_fresh in zip(batches, fresh, strict=True)
     ]
-
-
-class _Pipelined:
-    """The statements of a group's transaction sent in pipeline mode, so that those whose results are
-    not needed in between travel together: BEGIN with the batch markers, and the bookkeeping after the
-    COPY with COMMIT. A group then waits for the database three times (markers, COPY, the rest) rather
-    than once per statement; each wait costs more than the statement when the event loop is busy."""
-
-    def __init__(self, conn: AsyncConnection[Any]) -> None:
-        self._conn = conn
-        self._pipeline: contextlib.AbstractAsyncContextManager[AsyncPipeline] | None = None
-
-    async def enter(self) -> None:
-        pipeline = self._conn.pipeline()
-        await pipeline.__aenter__()
-        self._pipeline = pipeline
-
-    async def leave(self, exc: BaseException | None = None) -> None:
-        """Send what is queued and read every result (the first error raises); COPY needs this first."""
-        pipeline, self._pipeline = self._pipeline, None
-        if pipeline is not None:
-            await pipeline.__aexit__(type(exc) if exc else None, exc, None)
-
-
-@contextlib.asynccontextmanager
-async def _transaction(conn: AsyncConnection[Any]) -> AsyncIterator[_Pipelined]:
-    """A transaction begun in pipeline mode. The caller leaves the pipeline for its COPY and enters
-    it again: COMMIT is then queued after the last statements and sent with them. A statement that
-    fails anywhere (COMMIT included) raises here, and the transaction is rolled back: nothing is stored."""
-    pipelined = _Pipelined(conn)
-    await pipelined.enter()
-    try:
-        # The transaction object itself: conn.transaction() would nest pipelines that the COPY cannot leave.
-        async with psycopg.AsyncTransaction(conn):
-            yield pipelined
-    except BaseException as exc:
-        await pipelined.leave(exc)
-        raise
-    try:
-        await pipelined.leave()
-    except BaseException:
-        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-            with contextlib.suppress(psycopg.Error):  # a connection that cannot roll back is discarded
-                await conn.rollback()
-        raise
 
 
 async def _mark_batches(conn: AsyncConnection[Any], batches: list[Batch], node_ids: list[int]) -> list[bool]:
@@ -382,6 +331,5 @@ async def _copy(
     stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
         sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, names))
     )
-    data = encode_copy(copy_columns)  # before the COPY starts: the server is not kept waiting for it
     async with conn.cursor() as cur, cur.copy(stmt) as copy:
-        await copy.write(data)
+        await copy.write(encode_copy(copy_columns))
