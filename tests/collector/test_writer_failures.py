@@ -1,6 +1,6 @@
-"""A group's transaction goes in pipeline mode (store/writer.py): a statement that fails after the COPY,
-or COMMIT itself, must still leave nothing stored, the batch unmarked (its retry is stored, not taken
-for a duplicate) and the connection fit for the next group."""
+"""A group's transaction (store/writer.py): a statement that fails after the COPY, or COMMIT itself
+(a deferred trigger), must leave nothing stored, the batch unmarked (its retry is stored, not taken for a
+duplicate) and the connection fit for the next group."""
 
 from __future__ import annotations
 
