@@ -19,6 +19,14 @@ from tests.collector.helpers import post
 from tests.processes import RunningCollector
 
 START = float(int(time.time()) - 120)  # whole seconds: the assertions compare rounded epochs
+
+
+@pytest.fixture(autouse=True)
+def two_minutes_ago() -> None:
+    """START two minutes before each test, not before the module was imported: in a long suite a test
+    can run many minutes after its module was collected, and its allocations would look stale."""
+    global START
+    START = float(int(time.time()) - 120)
 topology = build_topology(1, 2, 1, cluster="alloc")
 
 
