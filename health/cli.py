@@ -33,9 +33,7 @@ def add_parser(commands: Any) -> None:
     status.add_argument("--state", choices=(*STATES, HELD), help="only nodes in this state, or held by an operator")
     status.add_argument("--all", action="store_true", help="list healthy nodes too (default: the others only)")
     history = sub.add_parser("history", help="the audit trail: transitions and scheduler actions")
-    window = history.add_mutually_exclusive_group()
-    window.add_argument("--minutes", type=_minutes, default=24 * 60, help="how far back (default 1440: a day)")
-    window.add_argument("--range", type=_range, help=f"as in the UI: {', '.join(PRESETS_S)}, or FROM..TO in UTC")
+    _window(history, 24 * 60, "a day")
     episodes = sub.add_parser("episodes", help="each time a node left healthy: cause, repair, time out, what followed")
     episodes.add_argument("--node", help="only nodes of this name")
     episodes.add_argument("--cluster", help="only this cluster's nodes")
@@ -61,7 +59,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _window(parser: argparse.ArgumentParser, default_minutes: int, words: str) -> None:
-    """How far back (--minutes) or which span (--range), as `history` takes them."""
+    """How far back (--minutes, in minutes) or which span (--range), for history, episodes and repairs."""
     window = parser.add_mutually_exclusive_group()
     window.add_argument("--minutes", type=_minutes, default=default_minutes, help=f"how far back (default: {words})")
     window.add_argument("--range", type=_range, help=f"as in the UI: {', '.join(PRESETS_S)}, or FROM..TO in UTC")

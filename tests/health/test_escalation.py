@@ -6,13 +6,13 @@ and still counts against the guard rails; a finding that asks for more than the 
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from tests.faults.harness import gone
 from tests.health.fleet import Fleet
 from tests.health.helpers import at
 from tests.waiting import eventually_async
@@ -156,7 +156,7 @@ def test_an_operator_resume_calls_off_the_repair_under_way(fleet: Fleet, tmp_pat
             with fleet.server.lock:
                 fleet.server.nodes["n1"]["spec"].pop("unschedulable", None)  # an operator resumes it
             await loop.cycle(conn, at(150))
-            await eventually_async(lambda: not _alive(int(started.read_text())), what="the repair killed", timeout=5)
+            await eventually_async(lambda: gone(int(started.read_text())), what="the repair killed", timeout=5)
 
     asyncio.run(scenario())
     assert fleet.state("n1")[0] == "healthy"
@@ -165,11 +165,3 @@ def test_an_operator_resume_calls_off_the_repair_under_way(fleet: Fleet, tmp_pat
     first, second = episodes(fleet, "n1")
     assert (first["outcome"], first["repair_result"]) == ("resumed_by_operator", None)
     assert second["repair"] == "reboot_node" and second["repair_result"].startswith("recommended: reboot the node")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
