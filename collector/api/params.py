@@ -18,7 +18,9 @@ MAX_RANGE = timedelta(days=800)  # the longest retention of any tier (hour rollu
 MAX_POINTS = 1_000_000
 
 
-def time_range(
+# `async def`, though it never waits: FastAPI runs a plain `def` dependency in its thread pool, a
+# thread hand-off on every read before the route's own (api/deps.py says the same of the pools').
+async def time_range(
     minutes: Annotated[
         int | None,
         Query(ge=1, le=int(MAX_RANGE.total_seconds() // 60), description="How far back from now (default 60)"),

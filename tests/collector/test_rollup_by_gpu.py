@@ -1,0 +1,118 @@
+"""One GPU's minutes are read from the minute rollup's key alone (migration 0023): the rollup job writes a
+minute of every GPU at a time, so without it one GPU's day lies on a heap page per minute."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from gpuscope.collector.query.cells import Splits, cells_query
+from gpuscope.collector.query.timerange import TimeRange
+from gpuscope.collector.store.migrate import migrate
+from tests.collector.test_partitions import fresh_database
+
+START = datetime(2026, 11, 1, tzinfo=UTC)
+GPUS = 64
+MINUTES = 6 * 60
+
+
+def _fleet(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("INSERT INTO node (cluster, name, rack) SELECT 'c', 'n' || i, 'r' FROM generate_series(1, 8) i")
+    conn.execute(
+        "INSERT INTO gpu (node_id, gpu_index, uuid, model, pci_bus_id)"
+        " SELECT 1 + i / 8, mod(i, 8), 'GPU-' || i, 'H100', '0' FROM generate_series(0, %s - 1) i",
+        (GPUS,),
+    )
+
+
+def _minutes_as_the_rollup_job_writes_them(conn: psycopg.Connection[Any]) -> None:
+    """Minute after minute, every GPU's row of that minute (one statement a minute, as maintenance
+    rolls up each settled minute); utilisation = the GPU's id plus the minute's number."""
+    for minute in range(MINUTES):
+        conn.execute(
+            "INSERT INTO gpu_rollup_1m (bucket, gpu_id, samples, up_samples, util_sum, util_n, sm_active_n,"
+            " tensor_n, power_sum, power_n, temp_n, sm_clock_n)"
+            " SELECT %(b)s, gpu_id, 6, 6, 6.0 * (gpu_id + %(m)s), 6, 0, 0, 2400, 6, 0, 0 FROM gpu",
+            {"b": START + timedelta(minutes=minute), "m": minute},
+        )
+
+
+def _one_gpu(gpu_id: int) -> tuple[sql.Composed, dict[str, Any]]:
+    """The read of a GPU page's day at 1-minute buckets, every minute from the rollup."""
+    end = START + timedelta(minutes=MINUTES)
+    return cells_query("util_pct", TimeRange(START, end), 60, Splits(hour=end, minute=end), [gpu_id])
+
+
+def _plan(conn: psycopg.Connection[Any], gpu_id: int) -> dict[str, Any]:
+    statement, params = _one_gpu(gpu_id)
+    row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(statement), params).fetchone()
+    assert row is not None
+    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return plan[0]["Plan"]
+
+
+def _scans_of(node: dict[str, Any], table: str) -> list[dict[str, Any]]:
+    found = [node] if node.get("Relation Name") == table else []
+    for child in node.get("Plans", []):
+        found += _scans_of(child, table)
+    return found
+
+
+@pytest.fixture
+def rolled_up(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Durable commits, as in production: the test server's asynchronous ones leave rows whose commit
+        # is not yet flushed, which VACUUM may not mark all-visible.
+        conn.execute("SET synchronous_commit = on")
+        _fleet(conn)
+        _minutes_as_the_rollup_job_writes_them(conn)
+        conn.execute("VACUUM ANALYZE gpu_rollup_1m")  # as autovacuum leaves it (it is told to come often)
+    return dsn
+
+
+def test_one_gpus_minutes_are_an_index_only_scan_that_never_visits_the_heap(rolled_up: str) -> None:
+    gpu_id = 37
+    with psycopg.connect(rolled_up) as conn:
+        (scan,) = _scans_of(_plan(conn, gpu_id), "gpu_rollup_1m")
+        statement, params = _one_gpu(gpu_id)
+        values = conn.execute(
+            sql.SQL("SELECT v FROM ({}) AS cells (gpu_id, b, v) ORDER BY b").format(statement), params
+        ).fetchall()
+    assert scan["Node Type"] == "Index Only Scan", scan["Node Type"]
+    assert scan["Heap Fetches"] == 0
+    assert scan["Actual Rows"] == MINUTES
+    assert [v for (v,) in values] == [float(gpu_id + m) for m in range(MINUTES)], "the key's copy is the row"
+
+
+def test_autovacuum_is_told_to_keep_the_visibility_map_fresh(dsn: str) -> None:
+    """An insert-only table is vacuumed by default after a fifth of its rows are new: days of minutes
+    whose pages an index-only scan would still have to visit."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'gpu_rollup_1m'").fetchone()
+    assert row is not None
+    options = dict(option.split("=") for option in row[0])
+    assert options["autovacuum_vacuum_insert_scale_factor"] == "0"
+    assert int(options["autovacuum_vacuum_insert_threshold"]) <= 100_000
+
+
+def test_the_upgrade_keeps_every_minute_and_still_refuses_a_second_row_for_a_gpu_minute(postgres) -> None:  # type: ignore[no-untyped-def]
+    dsn = fresh_database(postgres.dsn)
+    migrate(dsn, up_to=22)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _fleet(conn)
+        _minutes_as_the_rollup_job_writes_them(conn)
+    assert migrate(dsn) == [23]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*), sum(util_sum) FROM gpu_rollup_1m").fetchone()
+        assert row == (GPUS * MINUTES, sum(6.0 * (g + m) for g in range(1, GPUS + 1) for m in range(MINUTES)))
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(
+                "INSERT INTO gpu_rollup_1m (bucket, gpu_id, samples, up_samples, util_n, sm_active_n, tensor_n,"
+                " power_n, temp_n, sm_clock_n) VALUES (%s, 1, 1, 1, 0, 0, 0, 0, 0, 0)",
+                (START,),
+            )
