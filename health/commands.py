@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+OUTPUT_TAIL = 400  # characters of a command's output kept with its outcome (a repair's, a validation's)
+
 
 @dataclass(frozen=True)
 class Ran:
@@ -17,6 +19,12 @@ class Ran:
     @property
     def ok(self) -> bool:
         return self.returncode == 0
+
+    def tail(self) -> str:
+        """The last OUTPUT_TAIL characters printed, after ": ", to follow an outcome's words; empty if it
+        printed nothing."""
+        tail = self.output[-OUTPUT_TAIL:]
+        return f": {tail}" if tail else ""
 
 
 async def run_command(argv: Sequence[str], timeout_s: float) -> Ran:

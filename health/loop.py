@@ -36,7 +36,7 @@ from gpuscope.health.evidence import find_evidence
 from gpuscope.health.model import Actor, Evidence, Severity, State, Transition
 from gpuscope.health.policy import HealthPolicy
 from gpuscope.health.schedulers.base import REASON_PREFIX, GpuScheduler, Outcome, Scheduler, SchedulerNode
-from gpuscope.health.validate import OUTPUT_TAIL, run_validation
+from gpuscope.health.validate import run_validation
 
 log = logging.getLogger(__name__)
 
@@ -594,9 +594,8 @@ async def _run_repair(argv: list[str], timeout_s: float) -> Outcome:
     ran = await run_command(argv, timeout_s)
     if ran.trouble:
         return Outcome(False, f"{shown}: {ran.trouble}")
-    tail = ran.output[-OUTPUT_TAIL:]
     verdict = "done" if ran.ok else f"failed (exit {ran.returncode})"
-    return Outcome(ran.ok, f"{shown}: {verdict}" + (f": {tail}" if tail else ""))
+    return Outcome(ran.ok, f"{shown}: {verdict}" + ran.tail())
 
 
 def _words(items: list[Evidence]) -> str:

@@ -27,7 +27,7 @@ from gpuscope.health import ladder
 from gpuscope.health.decide import after_findings, guard_rail, refusal
 from gpuscope.health.model import Severity, State
 from gpuscope.health.policy import HealthPolicy
-from gpuscope.health.replay_data import Finding, History, Job
+from gpuscope.health.replay_data import Finding, History
 from gpuscope.health.store import GuardCounts
 
 RAILS = ("max_drained", "max_drains_per_hour", "protect")
@@ -205,7 +205,7 @@ class _Replay:
     def _drain(self, node_id: int, node: _Node, t: datetime) -> None:
         while self.drain_times and self.drain_times[0] <= t - timedelta(hours=1):
             self.drain_times.popleft()
-        jobs = self._running(node_id, t)
+        jobs = self.history.running(node_id, t)
         counts = GuardCounts(len(self.out), len(self.history.nodes), len(self.drain_times))
         refused = refusal(self.policy, counts, [(j.job_id, j.user) for j in jobs])
         if refused is not None:
@@ -271,9 +271,6 @@ class _Replay:
     def _timer(self, at: datetime, kind: int, node_id: int, node: _Node) -> None:
         heapq.heappush(self.timers, (at, kind, node_id, node.version))
 
-    def _running(self, node_id: int, t: datetime) -> list[Job]:
-        return [j for j in self.history.jobs.get(node_id, []) if j.start <= t and (j.end is None or j.end > t)]
-
     def _count_out(self, node_id: int, out_at: datetime, back: datetime) -> None:
         span = (min(back, self.end) - max(out_at, self.start)).total_seconds()
         self.side.gpu_hours_out += self.history.nodes[node_id].gpus * max(span, 0) / 3600
@@ -304,7 +301,5 @@ def _live_side(history: History, start: datetime, end: datetime) -> Side:
         span = (min(back or end, end) - max(drained, start)).total_seconds()
         live.gpu_hours_out += gpus * max(span, 0) / 3600
     for node_id, at in record.drained_at:
-        live.jobs_hit.update(
-            j.job_id for j in history.jobs.get(node_id, []) if j.start <= at and (j.end is None or j.end > at)
-        )
+        live.jobs_hit.update(j.job_id for j in history.running(node_id, at))
     return live

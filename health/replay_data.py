@@ -63,6 +63,10 @@ class History:
     earlier_failures: list[tuple[int, str, datetime]]  # node, cause, started: episodes before the window
     live: LiveRecord
 
+    def running(self, node_id: int, at: datetime) -> list[Job]:
+        """The node's jobs running at `at`: started by then, not yet ended."""
+        return [j for j in self.jobs.get(node_id, []) if j.start <= at and (j.end is None or j.end > at)]
+
 
 def load_history(conn: psycopg.Connection[Any], start: datetime, end: datetime, lookback: timedelta) -> History:
     """The window's history; `lookback`: how far before `start` findings still count (the suspect window)

@@ -13,8 +13,6 @@ from gpuscope.health.validation.dcgm_diag import dcgm_argv, judge_dcgm
 from gpuscope.health.validation.nccl import judge_all_reduce, nccl_argv
 from gpuscope.health.validation.outcome import ValidationOutcome, Verdict
 
-OUTPUT_TAIL = 400  # characters of the command's output kept with its outcome
-
 
 async def run_validation(policy: HealthPolicy, node: str, gpu: int | None = None) -> ValidationOutcome:
     """The check of `node`, or of its one GPU `gpu` where only that GPU is out of service (its others run
@@ -42,11 +40,11 @@ async def run_validation(policy: HealthPolicy, node: str, gpu: int | None = None
     assert ran.returncode is not None  # it ran, since there was no trouble
     if ran.returncode < 0:  # a signal ended it: killed (out of memory, an operator), not a verdict
         killed = f"killed by {_signal_name(-ran.returncode)}"
-        return ValidationOutcome(False, f"{shown}: {killed}" + _tail(ran), killed)
+        return ValidationOutcome(False, f"{shown}: {killed}" + ran.tail(), killed)
     if preset.preset == "command":
         verdict = "passed" if ran.ok else f"failed (exit {ran.returncode})"
         exited = None if ran.ok else f"exit {ran.returncode}"
-        return ValidationOutcome(ran.ok, f"{shown}: {verdict}" + _tail(ran), exited)
+        return ValidationOutcome(ran.ok, f"{shown}: {verdict}" + ran.tail(), exited)
     judged = _judged(preset, ran)
     said = f"passed: {judged.why}" if judged.ok else f"failed: {judged.failed_test}: {judged.why}"
     return ValidationOutcome(judged.ok, f"{shown}: {said}", judged.failed_test)
@@ -58,11 +56,6 @@ def _judged(preset: ValidationConfig, ran: Ran) -> Verdict:
         return judge_dcgm(ran.output, ran.returncode)
     assert preset.min_busbw_gbps is not None  # the config requires it for this preset
     return judge_all_reduce(ran.output, ran.returncode, preset.min_busbw_gbps)
-
-
-def _tail(ran: Ran) -> str:
-    tail = ran.output[-OUTPUT_TAIL:]
-    return f": {tail}" if tail else ""
 
 
 def _signal_name(number: int) -> str:
