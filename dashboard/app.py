@@ -14,6 +14,7 @@ from gpuscope.dashboard.body_limit import limit_bodies
 from gpuscope.dashboard.components import banner, nav
 from gpuscope.dashboard.context import Context, DashboardOptions
 from gpuscope.dashboard.pages import PAGES
+from gpuscope.dashboard.pages.overview import prefetch_on_page_request
 
 THEME = {"primaryColor": "indigo", "fontFamily": "system-ui, sans-serif", "defaultRadius": "sm"}
 
@@ -62,4 +63,5 @@ def create_app(
     limit_bodies(app.server, ctx.options.max_body_bytes)  # first: an oversized body costs no password hash
     if users:
         protect(app.server, users)
+    prefetch_on_page_request(app, ctx)  # after protect(): only a request that passed the login starts it
     return app

@@ -45,9 +45,12 @@ class FleetSummary:
 
 _STATES = """
 WITH latest AS (
-    SELECT DISTINCT ON (gpu_id) gpu_id, up, util_pct, sm_active_pct, tensor_active_pct, power_w,
-           remap_pending, remap_failure
-    FROM gpu_sample WHERE ts > now() - %(fresh)s ORDER BY gpu_id, ts DESC
+    SELECT g.gpu_id, s.up, s.util_pct, s.sm_active_pct, s.tensor_active_pct, s.power_w,
+           s.remap_pending, s.remap_failure
+    FROM gpu g CROSS JOIN LATERAL (
+        SELECT up, util_pct, sm_active_pct, tensor_active_pct, power_w, remap_pending, remap_failure
+        FROM gpu_sample WHERE gpu_id = g.gpu_id AND ts > now() - %(fresh)s ORDER BY ts DESC LIMIT 1
+    ) AS s
 ), allocated AS (
     SELECT DISTINCT gpu_id FROM job_allocation WHERE ended_at IS NULL
 ), xid AS (
@@ -66,7 +69,7 @@ WITH latest AS (
 """
 _SUMMARY = """
 SELECT count(*), count(*) FILTER (WHERE reporting), count(*) FILTER (WHERE up),
-       avg(util_pct)::float8, sum(power_w)::float8,
+       avg(util_pct)::float8, sum(power_w::float8),  -- summed in float8: a float4 sum depends on row order
        (SELECT count(DISTINCT job_id) FROM job_allocation WHERE ended_at IS NULL),
        (SELECT count(*) FROM node),
        count(*) FILTER (WHERE unhealthy),

@@ -4,9 +4,13 @@ its cause; an activity heatmap and power per rack below."""
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import Future
 from typing import Any
 
 import dash_mantine_components as dmc
+import flask
 from dash import Dash, Input, Output, State, dcc, html
 
 from gpuscope.dashboard import data, time_ranges
@@ -36,27 +40,115 @@ def match(pathname: str) -> dict[str, str] | None:
 
 
 def layout(ctx: Context, search: str, **_: str) -> html.Div:
-    range_key = query_params(search).get("range", DEFAULT_RANGE)
+    """The page with its figures and numbers already in it: drawn from the router's response, not from a
+    second round trip after it, and each graph drawn once, with its data (an empty dcc.Graph is drawn and
+    resized twice before a callback fills it, which cost a cold first visit more than its queries). The
+    refresh callback takes over from the first tick of the timer or a change of range."""
+    range_key = _valid(query_params(search).get("range", DEFAULT_RANGE))
+    status, summary, attention, heatmap, power = _prefetched(range_key) or contents(ctx, range_key)
     return html.Div(
         [
             html.H2("Cluster overview"),
-            html.Div(id="overview-status"),
-            html.Div(id="fleet-summary", className="output summary"),
+            html.Div(status, id="overview-status"),
+            html.Div(summary, id="fleet-summary", className="output summary"),
             html.H3("Needs attention"),
-            html.Div(id="attention", className="output"),
-            time_ranges.picker("range", _valid(range_key)),
-            dcc.Graph(id="util-heatmap", config={"displaylogo": False}),
-            dcc.Graph(id="rack-power", config={"displaylogo": False}),
+            html.Div(attention, id="attention", className="output"),
+            time_ranges.picker("range", range_key),
+            dcc.Graph(id="util-heatmap", figure=heatmap, config={"displaylogo": False}),
+            dcc.Graph(id="rack-power", figure=power, config={"displaylogo": False}),
         ]
     )
+
+
+def unreachable(message: str) -> tuple[Any, ...]:
+    return banner(message, "error"), nothing(), nothing(), message_figure(message), message_figure(message)
+
+
+def contents(ctx: Context, range_key: str) -> tuple[Any, ...]:
+    """What the page shows for `range_key`: status, headline, attention list, heatmap, rack power."""
+    return _contents(ctx, _valid(range_key))
+
+
+@guarded(unreachable)
+def _contents(ctx: Context, range_key: str) -> tuple[Any, ...]:
+    overview = data.load_overview(ctx.pool, range_key, ctx.options.rack_budgets_kw)
+    status: Any = [] if overview.summary.gpus_known else banner("No data yet: no exporter has reported.", "empty")
+    return (
+        status,
+        headline(overview, len(overview.attention.alerts), range_key),
+        attention_list(overview.attention),
+        heatmap_figure(overview.heatmap, revision=f"overview-{range_key}", height=420),
+        rack_power_figure(overview.rack_power, revision=f"overview-{range_key}"),
+    )
+
+
+# A first visit's browser spends most of a second compiling the page's scripts before it asks for the
+# page's layout; the contents are loaded meanwhile, from the moment it asks for the page's HTML, and the
+# router's layout() takes them if they are this fresh (the timer refreshes them five seconds later).
+PREFETCH_FRESH_S = 3.0
+_PREFETCH_KEY = "gpuscope_overview_prefetch"
+
+
+class Prefetch:
+    """The overview's contents for one range, loading in a thread since `started` (time.monotonic)."""
+
+    def __init__(self, range_key: str) -> None:
+        self.range_key = range_key
+        self.started = time.monotonic()
+        self.result: Future[tuple[Any, ...]] = Future()
+
+    def fresh(self) -> bool:
+        return time.monotonic() - self.started <= PREFETCH_FRESH_S
+
+
+def prefetch_on_page_request(app: Dash, ctx: Context) -> None:
+    """Start loading the overview's contents when a browser asks for the overview's HTML. Installed last
+    (dashboard/app.py), after the login check: a request that does not pass it starts nothing. One load
+    at a time per process, of the default range or a preset, so a stream of page requests costs no more
+    than one refreshing page."""
+    server = app.server
+    lock = threading.Lock()
+
+    @server.before_request
+    def prefetch() -> None:
+        if flask.request.method != "GET" or match(flask.request.path) is None:
+            return
+        if not flask.request.accept_mimetypes.accept_html:
+            return
+        range_key = flask.request.args.get("range", DEFAULT_RANGE)
+        if range_key not in time_ranges.PRESETS_S:
+            return
+        with lock:
+            running = server.extensions.get(_PREFETCH_KEY)
+            if running is not None and not running.result.done():
+                return
+            started = server.extensions[_PREFETCH_KEY] = Prefetch(range_key)
+
+        def load() -> None:
+            try:
+                started.result.set_result(contents(ctx, range_key))
+            except BaseException as exc:  # handed to layout(), which raises it as contents() would
+                started.result.set_exception(exc)
+
+        threading.Thread(target=load, name="overview-prefetch", daemon=True).start()
+
+
+def _prefetched(range_key: str) -> tuple[Any, ...] | None:
+    """The prefetched contents for `range_key` if fresh (each taken once), else None."""
+    if not flask.has_app_context():
+        return None
+    extensions = flask.current_app.extensions
+    found = extensions.get(_PREFETCH_KEY)
+    if found is None or found.range_key != range_key or not found.fresh():
+        return None
+    if extensions.pop(_PREFETCH_KEY, None) is not found:
+        return None  # another request took it
+    return found.result.result()
 
 
 def register(app: Dash, ctx: Context) -> None:
     time_ranges.register(app, "range")
     _share(app)
-
-    def unreachable(message: str) -> tuple[Any, ...]:
-        return banner(message, "error"), nothing(), nothing(), message_figure(message), message_figure(message)
 
     @app.callback(
         Output("overview-status", "children"),
@@ -66,18 +158,10 @@ def register(app: Dash, ctx: Context) -> None:
         Output("rack-power", "figure"),
         Input("refresh", "n_intervals"),
         Input("range", "value"),
+        prevent_initial_call=True,  # the layout comes filled (layout())
     )
-    @guarded(unreachable)
     def refresh(_: int | None, range_key: str) -> tuple[Any, ...]:
-        overview = data.load_overview(ctx.pool, _valid(range_key), ctx.options.rack_budgets_kw)
-        status: Any = [] if overview.summary.gpus_known else banner("No data yet: no exporter has reported.", "empty")
-        return (
-            status,
-            headline(overview, len(overview.attention.alerts), _valid(range_key)),
-            attention_list(overview.attention),
-            heatmap_figure(overview.heatmap, revision=f"overview-{range_key}", height=420),
-            rack_power_figure(overview.rack_power, revision=f"overview-{range_key}"),
-        )
+        return contents(ctx, range_key)
 
 
 def _share(app: Dash) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
 
-from gpuscope.collector.query import GpuRow, Heatmap, RackPower
-from gpuscope.dashboard.figures import Mark, heatmap_figure, rack_power_figure
+from gpuscope.collector.query import GpuRow, Heatmap, RackPower, Series
+from gpuscope.dashboard.figures import Mark, heatmap_figure, rack_power_figure, series_figure
 from gpuscope.dashboard.grid import JOB_HOVER_CELLS_MAX, MAX_CELLS, choose_level, to_grid, with_jobs
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -57,6 +60,29 @@ def test_rack_power_figure_in_kilowatts() -> None:
     assert {trace.stackgroup for trace in figure.data} == {"stretch-0"}, "stacked: the top line is the cluster"
     assert list(figure.data[0].y) == [5.6, None]
     assert figure.layout.uirevision == "6h"
+
+
+def _validated(figure: go.Figure) -> go.Figure:
+    """The same figure with every property validated, as go.Figure builds it by default."""
+    return go.Figure(figure.to_dict())
+
+
+def test_figures_built_unvalidated_send_what_validated_ones_would() -> None:
+    """figures.built() skips plotly's validation: the page must get the same JSON all the same."""
+    times = [T0 + timedelta(minutes=m) for m in range(4)]
+    power = RackPower(
+        60, ["c/rack-0", "c/<b>1</b>"], times, np.array([[5600.0, np.nan, 1.0, 2.0], [700.0, 1400.0, np.nan, 3.0]])
+    )
+    rows = [GpuRow(i, "c", "rack-0", "n0", i, f"GPU-{i}") for i in range(2)]
+    values = {m: np.array([[1.0, np.nan, 3.0, 4.0], [5.0, 6.0, 7.0, np.nan]]) for m in ("util_pct", "power_w")}
+    series = Series(60, rows, times, values)
+    jobs = np.array([["job a", "", "job a", "job a"], ["", "", "job <i>b</i>", ""]], dtype=object)
+    for figure in (
+        rack_power_figure(power, revision="6h"),
+        rack_power_figure(RackPower(60, ["c/r"], times[:1], np.array([[5.0]])), revision="1h"),
+        series_figure(series, ["util_pct", "power_w"], "r", {"power_w": 700.0}, jobs),
+    ):
+        assert json.loads(pio.to_json(figure)) == json.loads(pio.to_json(_validated(figure)))
 
 
 def test_hovers_name_each_cells_job_as_plain_text_while_that_stays_small() -> None:
