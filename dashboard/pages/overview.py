@@ -4,16 +4,14 @@ its cause; an activity heatmap and power per rack below."""
 
 from __future__ import annotations
 
-import threading
-import time
-from concurrent.futures import Future
+import logging
 from typing import Any
 
 import dash_mantine_components as dmc
 import flask
 from dash import Dash, Input, Output, State, dcc, html
 
-from gpuscope.dashboard import data, time_ranges
+from gpuscope.dashboard import data, prefetch, time_ranges
 from gpuscope.dashboard.alert_groups import Cause, Concern, concerns
 from gpuscope.dashboard.components import (
     MUTED,
@@ -34,6 +32,8 @@ from gpuscope.dashboard.figures import heatmap_figure, message_figure, rack_powe
 
 TITLE = "Overview"
 
+log = logging.getLogger(__name__)
+
 
 def match(pathname: str) -> dict[str, str] | None:
     return {} if pathname in ("", "/") else None
@@ -45,7 +45,12 @@ def layout(ctx: Context, search: str, **_: str) -> html.Div:
     resized twice before a callback fills it, which cost a cold first visit more than its queries). The
     refresh callback takes over from the first tick of the timer or a change of range."""
     range_key = _valid(query_params(search).get("range", DEFAULT_RANGE))
-    status, summary, attention, heatmap, power = _prefetched(range_key) or contents(ctx, range_key)
+    try:
+        status, summary, attention, heatmap, power = prefetch.taken(_PREFETCH, range_key) or contents(ctx, range_key)
+    except Exception:  # a bug, not the database (contents() answers that): the page all the same, and
+        # the timer's refresh tries again, as it did when the contents came by callback alone
+        log.exception("dashboard: the overview's contents failed")
+        status, summary, attention, heatmap, power = unreachable("The overview could not be loaded (see the log).")
     return html.Div(
         [
             html.H2("Cluster overview"),
@@ -82,68 +87,20 @@ def _contents(ctx: Context, range_key: str) -> tuple[Any, ...]:
     )
 
 
-# A first visit's browser spends most of a second compiling the page's scripts before it asks for the
-# page's layout; the contents are loaded meanwhile, from the moment it asks for the page's HTML, and the
-# router's layout() takes them if they are this fresh (the timer refreshes them five seconds later).
-PREFETCH_FRESH_S = 3.0
-_PREFETCH_KEY = "gpuscope_overview_prefetch"
-
-
-class Prefetch:
-    """The overview's contents for one range, loading in a thread since `started` (time.monotonic)."""
-
-    def __init__(self, range_key: str) -> None:
-        self.range_key = range_key
-        self.started = time.monotonic()
-        self.result: Future[tuple[Any, ...]] = Future()
-
-    def fresh(self) -> bool:
-        return time.monotonic() - self.started <= PREFETCH_FRESH_S
+_PREFETCH = "gpuscope_overview"  # the overview's prefetch, by name in the Flask app (dashboard/prefetch.py)
 
 
 def prefetch_on_page_request(app: Dash, ctx: Context) -> None:
-    """Start loading the overview's contents when a browser asks for the overview's HTML. Installed last
-    (dashboard/app.py), after the login check: a request that does not pass it starts nothing. One load
-    at a time per process, of the default range or a preset, so a stream of page requests costs no more
-    than one refreshing page."""
-    server = app.server
-    lock = threading.Lock()
+    """Load the overview's contents from the moment a browser asks for its HTML (dashboard/prefetch.py), for
+    the default range or a preset (a range typed into the address is loaded by layout() itself)."""
 
-    @server.before_request
-    def prefetch() -> None:
-        if flask.request.method != "GET" or match(flask.request.path) is None:
-            return
-        if not flask.request.accept_mimetypes.accept_html:
-            return
-        range_key = flask.request.args.get("range", DEFAULT_RANGE)
-        if range_key not in time_ranges.PRESETS_S:
-            return
-        with lock:
-            running = server.extensions.get(_PREFETCH_KEY)
-            if running is not None and not running.result.done():
-                return
-            started = server.extensions[_PREFETCH_KEY] = Prefetch(range_key)
+    def key_of(request: flask.Request) -> str | None:
+        if match(request.path) is None:
+            return None
+        range_key = request.args.get("range", DEFAULT_RANGE)
+        return range_key if range_key in time_ranges.PRESETS_S else None
 
-        def load() -> None:
-            try:
-                started.result.set_result(contents(ctx, range_key))
-            except BaseException as exc:  # handed to layout(), which raises it as contents() would
-                started.result.set_exception(exc)
-
-        threading.Thread(target=load, name="overview-prefetch", daemon=True).start()
-
-
-def _prefetched(range_key: str) -> tuple[Any, ...] | None:
-    """The prefetched contents for `range_key` if fresh (each taken once), else None."""
-    if not flask.has_app_context():
-        return None
-    extensions = flask.current_app.extensions
-    found = extensions.get(_PREFETCH_KEY)
-    if found is None or found.range_key != range_key or not found.fresh():
-        return None
-    if extensions.pop(_PREFETCH_KEY, None) is not found:
-        return None  # another request took it
-    return found.result.result()
+    prefetch.install(app.server, _PREFETCH, prefetch.Prefetch(lambda range_key: contents(ctx, range_key)), key_of)
 
 
 def register(app: Dash, ctx: Context) -> None:
