@@ -19,7 +19,7 @@ STATEMENT = importlib.import_module("gpuscope.collector.query.memory_totals")._S
 
 
 def _samples(dsn: str, gpu_id: int, sizes: Sequence[int | None], every_s: int = 10) -> None:
-    """One sample per size, the last one newest (a few seconds ago)."""
+    """One sample per size, taken while up, the last one newest (a few seconds ago)."""
     now = datetime.now(UTC)
     with psycopg.connect(dsn) as conn:
         for i, size in enumerate(sizes):
@@ -34,8 +34,21 @@ def test_the_newest_size_a_gpu_reported_and_none_for_a_gpu_that_stopped_long_ago
     _samples(dsn, 1, [80 * GIB] * 5 + [None, 94 * GIB, None])  # the newest size is 94 GiB
     _samples(dsn, 2, [None] * 300)  # never reported one (an exporter without it)
     _samples(dsn, 3, [141 * GIB] + [None] * NEWEST_SAMPLES)  # reported it once, more than 60 samples ago
-    _samples(dsn, 4, [None] * (NEWEST_SAMPLES - 1) + [141 * GIB] + [None])  # the oldest of the newest 60 count
+    _samples(dsn, 4, [141 * GIB] + [None] * (NEWEST_SAMPLES - 1))  # the oldest of its newest 60 counts
     assert memory_totals_of(dsn, [1, 2, 3, 4, 5]) == {1: 94 * GIB, 4: 141 * GIB}
+
+
+def test_a_gpu_lost_for_longer_keeps_the_size_it_reported_while_up(dsn: str) -> None:
+    maintain(dsn, timedelta(days=30), datetime.now(UTC))
+    with psycopg.connect(dsn) as conn:  # up an hour ago, lost since
+        for i in range(400):
+            stamp = datetime.now(UTC) - timedelta(hours=1, seconds=-5 * i)
+            up = i < 20
+            conn.execute(
+                "INSERT INTO gpu_sample (ts, gpu_id, up, fb_total_bytes) VALUES (%s, 9, %s, %s)",
+                (stamp, up, 80 * GIB if up else None),
+            )
+    assert memory_totals_of(dsn, [9]) == {9: 80 * GIB}
 
 
 def test_a_gpu_without_any_size_costs_its_newest_samples_not_its_day(dsn: str) -> None:
