@@ -65,15 +65,17 @@ def series(
     gpu_ids: Sequence[int],
     budget_s: float | None = None,
 ) -> Series:
-    """Every GPU in `gpu_ids` gets a row, reporting or not (a silent GPU is the finding). `budget_s`:
-    the metrics' reads share this much time, in one transaction, each statement cancelled
-    (psycopg.errors.QueryCanceled) when the budget is spent; None: each statement has the session's limit."""
+    """Every GPU in `gpu_ids` gets a row, reporting or not (a silent GPU is the finding). `budget_s`: the
+    session's statement limit (the read pool's, as the read API passes it), to be shared by the metrics'
+    reads: with several, they run in one transaction, each statement cancelled (psycopg.errors.QueryCanceled)
+    when the budget is spent; one metric's one statement has the session's limit already. None: each
+    statement has the session's limit."""
     rows = gpu_rows(conn, gpu_ids)
     times = time_range.buckets(bucket_s)
     splits = _splits(conn, bucket_s)  # once: every metric read up to the same split
     values = {}
-    # One statement (one metric) is bounded by the session's own limit: no transaction and SET LOCAL,
-    # three round trips of a GPU page's read, for nothing.
+    # One statement (one metric) is bounded by the session's limit, the budget: a transaction and SET
+    # LOCAL would be three round trips of a GPU page's read for nothing.
     with _shared_budget(conn, budget_s if len(metrics) > 1 else None) as before_each:
         for metric in metrics:
             before_each()

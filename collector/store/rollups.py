@@ -54,9 +54,15 @@ async def mark_dirty(conn: AsyncConnection[Any], stamps: np.ndarray) -> None:
     )
 
 
-def _upsert_tail(table_key: str) -> str:
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in (*SUMMED, "temp_max", "sm_clock_min"))
-    return f" ON CONFLICT ({table_key}) DO UPDATE SET {updates}"
+def _upsert_tail(table: str) -> str:
+    """Rows rolled up again (late data re-rolls every GPU's row of its minute) are written only where a
+    value changed: an unchanged row rewritten costs a new tuple, a new entry in the key that carries every
+    column (migration 0023) and its page's all-visible mark, which index-only reads need."""
+    columns = (*SUMMED, "temp_max", "sm_clock_min")
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns)
+    old = ", ".join(f"{table}.{c}" for c in columns)
+    new = ", ".join(f"EXCLUDED.{c}" for c in columns)
+    return f" ON CONFLICT (gpu_id, bucket) DO UPDATE SET {updates} WHERE ({old}) IS DISTINCT FROM ({new})"
 
 
 def _minute_sql() -> str:
@@ -67,7 +73,7 @@ def _minute_sql() -> str:
         f" SELECT date_bin('1 minute', ts, 'epoch'), gpu_id, count(*), count(*) FILTER (WHERE up), {sums},"
         "        max(temp_c), min(sm_clock_mhz)"
         " FROM gpu_sample WHERE ts >= %(start)s AND ts < %(end)s"
-        " GROUP BY 1, 2" + _upsert_tail("gpu_id, bucket")
+        " GROUP BY 1, 2" + _upsert_tail("gpu_rollup_1m")
     )
 
 
@@ -77,7 +83,7 @@ def _hour_sql() -> str:
         f"INSERT INTO gpu_rollup_1h (bucket, gpu_id, {', '.join(SUMMED)}, temp_max, sm_clock_min)"  # noqa: S608
         f" SELECT %(start)s, gpu_id, {sums}, max(temp_max), min(sm_clock_min)"
         " FROM gpu_rollup_1m WHERE bucket >= %(start)s AND bucket < %(start)s + interval '1 hour'"
-        " GROUP BY gpu_id" + _upsert_tail("gpu_id, bucket")
+        " GROUP BY gpu_id" + _upsert_tail("gpu_rollup_1h")
     )
 
 

@@ -3,6 +3,7 @@ minute of every GPU at a time, so without it one GPU's day lies on a heap page p
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,8 +14,9 @@ from psycopg import sql
 
 from gpuscope.collector.query.cells import Splits, cells_query
 from gpuscope.collector.query.timerange import TimeRange
+from gpuscope.collector.store import rollups
 from gpuscope.collector.store.migrate import migrate
-from tests.collector.test_partitions import fresh_database
+from tests.collector.test_partitions import fresh_database, maintain
 from tests.waiting import eventually
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -128,3 +130,40 @@ def test_the_upgrade_keeps_every_minute_and_still_refuses_a_second_row_for_a_gpu
                 " power_n, temp_n, sm_clock_n) VALUES (%s, 1, 1, 1, 0, 0, 0, 0, 0, 0)",
                 (START,),
             )
+
+
+def test_a_minute_rolled_up_again_rewrites_only_the_rows_whose_values_changed(dsn: str) -> None:
+    """Late data re-rolls every GPU's row of its minute: the others' rows stay as they were (a rewritten
+    row costs a tuple, an entry in the wide key and its page's all-visible mark)."""
+    now = datetime.now(UTC)
+    minute = now.replace(second=0, microsecond=0) - timedelta(minutes=10)
+    maintain(dsn, timedelta(days=30), now)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _fleet(conn)
+        for gpu_id in range(1, 9):
+            conn.execute(
+                "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct) VALUES (%s, %s, true, 50)",
+                (minute + timedelta(seconds=5), gpu_id),
+            )
+        conn.execute("INSERT INTO rollup_dirty_minute VALUES (%s)", (minute,))
+        roll_up_now(dsn, now)
+        before = dict(conn.execute("SELECT gpu_id, xmin::text FROM gpu_rollup_1m").fetchall())
+        # a late sample of GPU 3, its minute marked again as ingest marks it
+        conn.execute(
+            "INSERT INTO gpu_sample (ts, gpu_id, up, util_pct) VALUES (%s, 3, true, 70)",
+            (minute + timedelta(seconds=35),),
+        )
+        conn.execute("INSERT INTO rollup_dirty_minute VALUES (%s)", (minute,))
+        roll_up_now(dsn, now)
+        after = dict(conn.execute("SELECT gpu_id, xmin::text FROM gpu_rollup_1m").fetchall())
+        util = conn.execute("SELECT util_sum / util_n FROM gpu_rollup_1m WHERE gpu_id = 3").fetchone()
+    assert util == (60.0,)
+    assert [gpu_id for gpu_id in sorted(before) if before[gpu_id] != after[gpu_id]] == [3]
+
+
+def roll_up_now(dsn: str, now: datetime) -> None:
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await rollups.roll_up(conn, now)
+
+    asyncio.run(run())
