@@ -14,6 +14,7 @@ database is down (stopped: refused) or frozen (accepts, never answers: connect_t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
@@ -41,6 +42,7 @@ from gpuscope.bench.federation_schema import (
 from gpuscope.bench.peers_store import load
 from gpuscope.bench.telemetry import JobSpan, Telemetry, make_telemetry
 from gpuscope.collector.query import inventory_counts
+from gpuscope.collector.store import partitions
 from gpuscope.collector.store.migrate import migrate
 from gpuscope.core.embedded_pg import EmbeddedPostgres, throwaway_postgres
 
@@ -157,10 +159,15 @@ def _ingest(
     every = ingest.parallel_rows_per_s([db.dsn for db in dbs], "all", nodes, batches)
     first = _gpu_ids(dbs[0].dsn)
     everyone = np.concatenate([_gpu_ids(db.dsn) for db in dbs])
-    # Rows an hour and more after the telemetry, in partitions made ahead; every GPU on each path.
-    direct = ingest.copy_rows_per_s(dbs[0].dsn, first, after + 3600, routed_rows)
-    routed_copy = ingest.copy_rows_per_s(coordinator, everyone, after + 7200, routed_rows)
-    routed_insert = ingest.insert_rows_per_s(coordinator, everyone, after + 10800, routed_rows)
+    # Rows an hour and more after the telemetry (apart from what was loaded), every GPU on each path,
+    # in partitions made for them: three hours on, they fall on the next day from 21:00 UTC.
+    starts = (after + 3600, after + 7200, after + 10800)
+    last = starts[-1] + routed_rows / max(1, min(len(first), len(everyone)))
+    for db in dbs:
+        _make_partitions(db.dsn, starts[0], last)
+    direct = ingest.copy_rows_per_s(dbs[0].dsn, first, starts[0], routed_rows)
+    routed_copy = ingest.copy_rows_per_s(coordinator, everyone, starts[1], routed_rows)
+    routed_insert = ingest.insert_rows_per_s(coordinator, everyone, starts[2], routed_rows)
     return {
         "ingest_nodes_per_instance": nodes,
         "ingest_one_instance_rows_per_s": one["rows_per_s"],
@@ -174,6 +181,17 @@ def _ingest(
         "coordinator_copy_slowdown": round(direct / routed_copy, 1),
         "collector_writer_on_coordinator": ingest.writer_error(coordinator) or "stored",
     }
+
+
+def _make_partitions(dsn: str, first: float, last: float) -> None:
+    """The sample partitions of the days from `first` to `last` (Unix seconds)."""
+
+    async def make() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
+            days = {partitions.day_of(first + k * 86400) for k in range(int((last - first) // 86400) + 1)}
+            await partitions.ensure(conn, days | {partitions.day_of(last)})
+
+    asyncio.run(make())
 
 
 def _visible_once(coordinator: str, dbs: list[ClusterDb]) -> dict[str, Any]:
