@@ -9,7 +9,7 @@
 -- fifth of its rows are new (days of minutes), so it is told to come every 10,000 new rows (about ten
 -- minutes at 1,024 GPUs; at most once a minute, autovacuum's naptime, on a large fleet).
 -- The new key is built first, beside the old one, under a lock that lets reads go on (writes, the rollup
--- job's, wait); only the swap at the end locks reads out, briefly. Building it takes about 1.2 s per
+-- job's, wait); only the swap at the end locks reads out, briefly. Building it takes about 1.5 s per
 -- 1.5 million rows (a day at 1,024 GPUs) here, and room for both keys and the build's sort at once.
 -- The TimescaleDB layout's gpu_rollup_1m is a continuous aggregate, with its own indexes: left alone.
 DO $$
