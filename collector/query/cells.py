@@ -41,6 +41,11 @@ def rollup_splits(conn: Connection[Any], now: datetime | None = None) -> Splits:
     return Splits(hour=min(hour, oldest_hour or hour), minute=minute)
 
 
+def splits_for(conn: Connection[Any], bucket_s: int) -> Splits | None:
+    """Where the rollups stop, for buckets of `bucket_s`; None where they read raw samples only."""
+    return rollup_splits(conn) if source_of(bucket_s) != "raw" else None
+
+
 def cells_query(
     metric: str,
     time_range: TimeRange,

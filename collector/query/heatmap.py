@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 from psycopg import Connection
 
-from gpuscope.collector.query.buckets import may_widen, read_width, source_of
+from gpuscope.collector.query.buckets import may_widen, read_width
 from gpuscope.collector.query.cells import (
     RAW_TO_ROLLED,
     Cells,
     Splits,
     cells_query,
     fetch_cells,
-    rollup_splits,
+    splits_for,
     widen,
 )
 from gpuscope.collector.query.inventory import GpuRow, gpu_rows, inventory_counts
@@ -49,7 +49,7 @@ def heatmap(
     conn: Connection[Any], metric: str, time_range: TimeRange, bucket_s: int, gpu_ids: Sequence[int] | None = None
 ) -> Heatmap:
     """`gpu_ids`: only these GPUs; None: every GPU that reported in the range."""
-    cells = _cells(conn, metric, time_range, bucket_s, gpu_ids, _splits(conn, bucket_s))
+    cells = _cells(conn, metric, time_range, bucket_s, gpu_ids, splits_for(conn, bucket_s))
     present = np.zeros(int(cells.gpu_id.max(initial=0)) + 1, dtype=bool)
     present[cells.gpu_id] = True
     rows = gpu_rows(conn, np.flatnonzero(present).tolist())
@@ -72,7 +72,7 @@ def series(
     statement has the session's limit."""
     rows = gpu_rows(conn, gpu_ids)
     times = time_range.buckets(bucket_s)
-    splits = _splits(conn, bucket_s)  # once: every metric read up to the same split
+    splits = splits_for(conn, bucket_s)  # once: every metric read up to the same split
     values = {}
     # One statement (one metric) is bounded by the session's limit, the budget: a transaction and SET
     # LOCAL would be three round trips of a GPU page's read for nothing.
@@ -111,7 +111,7 @@ def _cells(
 ) -> Cells:
     """The metric's cells, read as the bucket policy says (buckets.read_width): buckets several
     minutes wide as the minute rollup's rows, widened here, where the metric is rolled up. `splits`:
-    _splits()'s."""
+    splits_for()'s."""
     if metric not in GPU_METRIC_KEYS:
         raise ValueError(f"unknown metric {metric!r}; one of {sorted(GPU_METRIC_KEYS)}")
     read_s = bucket_s
@@ -124,11 +124,6 @@ def _cells(
     whole = TimeRange(time_range.first_bucket(bucket_s), time_range.end)
     minutes = fetch_cells(conn, *cells_query(metric, whole, read_s, splits, gpu_ids, counted=True), counted=True)
     return widen(minutes, bucket_s)
-
-
-def _splits(conn: Connection[Any], bucket_s: int) -> Splits | None:
-    """Where the rollups stop, for buckets of `bucket_s`; None where they read raw samples only."""
-    return rollup_splits(conn) if source_of(bucket_s) != "raw" else None
 
 
 def _place(cells: Cells, rows: list[GpuRow], times: list[datetime], bucket_s: int) -> np.ndarray:

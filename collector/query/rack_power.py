@@ -9,8 +9,7 @@ from typing import Any
 import numpy as np
 from psycopg import Connection, sql
 
-from gpuscope.collector.query.buckets import source_of
-from gpuscope.collector.query.cells import cells_query, rollup_splits
+from gpuscope.collector.query.cells import cells_query, splits_for
 from gpuscope.collector.query.timerange import EPOCH, TimeRange
 
 # A rack drawing this share of its budget is worth a look before it trips: electrical codes hold
@@ -29,8 +28,8 @@ class RackPower:
 
 
 def rack_power(conn: Connection[Any], time_range: TimeRange, bucket_s: int) -> RackPower:
-    split = rollup_splits(conn).minute if source_of(bucket_s) != "raw" else None
-    if split is None:
+    splits = splits_for(conn, bucket_s)
+    if splits is None:
         per_gpu, params = cells_query("power_w", time_range, bucket_s, None)
         statement = sql.SQL(
             "SELECT n.cluster || '/' || n.rack, per_gpu.b, sum(per_gpu.watts)::float8"
@@ -38,7 +37,7 @@ def rack_power(conn: Connection[Any], time_range: TimeRange, bucket_s: int) -> R
             " WHERE per_gpu.watts IS NOT NULL GROUP BY 1, 2"
         ).format(per_gpu)
     else:
-        statement, params = _from_rollups(time_range, bucket_s, split)
+        statement, params = _from_rollups(time_range, bucket_s, splits.minute)
     times = time_range.buckets(bucket_s)
     # One row per rack, its buckets' column numbers and values packed (as cells.fetch_cells packs them):
     # a day at 10 minutes is 144 values a rack, and a Python object per value cost more than the query.
@@ -73,8 +72,7 @@ def _from_rollups(time_range: TimeRange, bucket_s: int, split: datetime) -> tupl
         "bucket": timedelta(seconds=bucket_s),
         "origin": EPOCH,
         "start": first,
-        "tens_end": max(tens_end, first),
-        "minutes_start": max(tens_end, first),
+        "tens_end": max(tens_end, first),  # where the 10-minute rows stop and the minutes start
         "split": split,
         "end": time_range.end,
     }
@@ -84,7 +82,7 @@ def _from_rollups(time_range: TimeRange, bucket_s: int, split: datetime) -> tupl
         "  FROM rack_power_10m WHERE bucket >= %(start)s AND bucket < %(tens_end)s"
         " UNION ALL"
         " SELECT cluster, rack, date_bin(%(bucket)s, bucket, %(origin)s), watts, 1 FROM rack_power_1m"
-        "  WHERE bucket >= %(minutes_start)s AND bucket < %(split)s"
+        "  WHERE bucket >= %(tens_end)s AND bucket < %(split)s"
         " UNION ALL"
         " SELECT n.cluster, n.rack, date_bin(%(bucket)s, g_min.minute, %(origin)s), sum(g_min.watts), 1 FROM ("
         "  SELECT gpu_id, date_bin('1 minute', ts, %(origin)s) AS minute, avg(power_w) AS watts FROM gpu_sample"

@@ -39,10 +39,9 @@ from gpuscope.bench.federation_schema import (
     build_coordinator,
     set_remote_estimate,
 )
-from gpuscope.bench.peers_store import load
+from gpuscope.bench.peers_store import load, partitions_of_days
 from gpuscope.bench.telemetry import JobSpan, Telemetry, make_telemetry
 from gpuscope.collector.query import inventory_counts
-from gpuscope.collector.store import partitions
 from gpuscope.collector.store.migrate import migrate
 from gpuscope.core.embedded_pg import EmbeddedPostgres, throwaway_postgres
 
@@ -164,7 +163,7 @@ def _ingest(
     starts = (after + 3600, after + 7200, after + 10800)
     last = starts[-1] + routed_rows / max(1, min(len(first), len(everyone)))
     for db in dbs:
-        _make_partitions(db.dsn, starts[0], last)
+        asyncio.run(partitions_of_days(db.dsn, starts[0], last))
     direct = ingest.copy_rows_per_s(dbs[0].dsn, first, starts[0], routed_rows)
     routed_copy = ingest.copy_rows_per_s(coordinator, everyone, starts[1], routed_rows)
     routed_insert = ingest.insert_rows_per_s(coordinator, everyone, starts[2], routed_rows)
@@ -181,17 +180,6 @@ def _ingest(
         "coordinator_copy_slowdown": round(direct / routed_copy, 1),
         "collector_writer_on_coordinator": ingest.writer_error(coordinator) or "stored",
     }
-
-
-def _make_partitions(dsn: str, first: float, last: float) -> None:
-    """The sample partitions of the days from `first` to `last` (Unix seconds)."""
-
-    async def make() -> None:
-        async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
-            days = {partitions.day_of(first + k * 86400) for k in range(int((last - first) // 86400) + 1)}
-            await partitions.ensure(conn, days | {partitions.day_of(last)})
-
-    asyncio.run(make())
 
 
 def _visible_once(coordinator: str, dbs: list[ClusterDb]) -> dict[str, Any]:

@@ -104,7 +104,13 @@ def _inventory(conn: psycopg.Connection[Any], gpus: list[GpuId]) -> np.ndarray:
 
 async def make_partitions(dsn: str, telemetry: Telemetry) -> None:
     """The sample partitions of the telemetry's days, and today's."""
-    days = {partitions.day_of(float(t)) for t in (telemetry.start, telemetry.end, time.time())}
+    await partitions_of_days(dsn, telemetry.start, telemetry.end, time.time())
+
+
+async def partitions_of_days(dsn: str, *stamps: float) -> None:
+    """The sample partitions of the days these Unix times fall on (spans between them under a day long
+    have no day of their own in between)."""
+    days = {partitions.day_of(float(t)) for t in stamps}
     async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
         await partitions.ensure(conn, days)
 
